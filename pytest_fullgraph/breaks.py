@@ -1,0 +1,337 @@
+"""Graph breaks: turning dynamo's failures and trace events into located, classified ``BreakRecord``s."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import re
+import site
+import sys
+import sysconfig
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: First matching rule wins. ``path`` is matched against the frame's display path (relative to
+#: site-packages or the repo), ``function`` against its function name, ``source`` against its line.
+ORIGIN_RULES: tuple[tuple[str, str, str, str], ...] = (
+    # (origin, path regex, function regex, source regex)
+    ("sampling", r"", r"", r"multinomial|\bsample\b|softmax\(.*probs|torch\.(rand|bernoulli)"),
+    ("sampling", r"^transformers/generation/logits_process\.py$", r"", r""),
+    ("eos", r"^transformers/generation/stopping_criteria\.py$", r"", r""),
+    ("eos", r"^transformers/generation/", r"_prepare_special_tokens|StopCheck|stop_check|_has_unfinished", r""),
+    ("eos", r"^transformers/generation/", r"", r"unfinished_sequences|eos_token|this_peer_finished"),
+    ("eos", r"", r"", r"\beos\b|\beos_|_eos\b|unfinished|finished\b"),
+    ("cache", r"^transformers/cache_utils\.py$", r"", r""),
+    ("masking", r"^transformers/(masking_utils|modeling_attn_mask_utils)\.py$", r"", r""),
+    ("masking", r"^transformers/generation/", r"", r"padding|pad_token|attention_mask"),
+    ("generation", r"^transformers/generation/", r"", r""),
+    ("model", r"^transformers/models/", r"", r""),
+    ("integration", r"^transformers/", r"", r""),
+    ("torch", r"^torch/", r"", r""),
+)
+ORIGINS = ("model", "sampling", "eos", "cache", "masking", "generation", "integration", "torch", "user")
+
+#: gb_types that dynamo raises *because of* a break nested deeper; the nested break is the root cause.
+CONSEQUENCE_GB_TYPES = frozenset({
+    "Graph break under GenericContextWrappingVariable",
+    "Skip frame due to graph break in a nested function",
+})  # fmt: skip
+
+_GB_ID_IN_MESSAGE = re.compile(r"/gb/gb(\d{4})\.html", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One user-stack frame, its path shown relative to site-packages or the project root."""
+
+    file: str
+    line: int
+    function: str
+    source: str = ""
+
+    def where(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass
+class BreakRecord:
+    """One graph break (or compile failure) located in the code under test and given an origin."""
+
+    exception: str
+    gb_type: str
+    gb_id: str | None
+    message: str
+    file: str
+    line: int
+    function: str
+    source: str
+    origin: str
+    root_cause: bool = True
+    #: how often dynamo met this break in one run (restarts and resumed frames meet it again)
+    hits: int = 1
+    stack: list[Frame] = field(default_factory=list)
+
+    def where(self) -> str:
+        return f"{self.file}:{self.line}" if self.file else "<unknown location>"
+
+    def summary(self) -> str:
+        gb = f" [{self.gb_id}]" if self.gb_id else ""
+        return f"{self.gb_type}{gb} at {self.where()} in {self.function} ({self.origin}): {self.message}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BreakRecord:
+        fields = dict(data)
+        fields["stack"] = [Frame(**frame) for frame in fields.get("stack", [])]
+        return cls(**fields)
+
+
+def compile_failure_types() -> tuple[type[BaseException], ...]:
+    """Exceptions that mean torch.compile gave up (a break) or crashed, rather than the model failing."""
+    from torch._dynamo import exc
+
+    return (exc.TorchDynamoException, exc.FailOnRecompileLimitHit)
+
+
+def is_graph_break(error: BaseException) -> bool:
+    """A fullgraph failure that is a graph break (outcome ``break``) rather than a compiler crash (``error``)."""
+    from torch._dynamo import exc
+
+    return isinstance(error, exc.Unsupported | exc.UserError | exc.UncapturedHigherOrderOpError
+                      | exc.FailOnRecompileLimitHit)
+
+
+@functools.cache
+def _library_prefixes() -> tuple[str, ...]:
+    candidates = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    candidates.update(site.getsitepackages())
+    candidates.add(site.getusersitepackages())
+    candidates.update(p for p in sys.path if p.endswith(("site-packages", "dist-packages")))
+    return tuple(str(Path(p).resolve()) + "/" for p in candidates if p)
+
+
+def display_path(filename: str) -> str:
+    """Path relative to site-packages (``transformers/...``) or the working directory; else as given."""
+    try:
+        resolved = str(Path(filename).resolve())
+    except OSError:
+        return filename
+    # longest prefix first: a virtualenv inside the project still shows library paths as ``pkg/...``
+    for prefix in sorted((*_library_prefixes(), str(Path.cwd()) + "/"), key=len, reverse=True):
+        if resolved.startswith(prefix):
+            return resolved[len(prefix):]
+    return filename
+
+
+def _is_torch_internal(path: str) -> bool:
+    return path.startswith("torch/") and not path.startswith("torch/testing/")
+
+
+#: Frames of the harness (pytest, xdist, this plugin, the interpreter's entry): a break's stack starts
+#: below the innermost of them, so it holds only the code under test and is the same however pytest ran.
+HARNESS_PREFIXES = ("_pytest/", "pluggy/", "xdist/", "execnet/", "pytest/", "pytest_fullgraph/", "<")
+
+
+def frames_from(summaries: list[traceback.FrameSummary] | traceback.StackSummary | None) -> list[Frame]:
+    frames = [Frame(display_path(s.filename), s.lineno or 0, s.name, (s.line or "").strip())
+              for s in (summaries or [])]
+    harness = [index for index, frame in enumerate(frames) if frame.file.startswith(HARNESS_PREFIXES)]
+    return frames[harness[-1] + 1:] if harness else frames
+
+
+def innermost(stack: list[Frame]) -> Frame | None:
+    """The innermost frame in library or user code, skipping torch's own wrappers when others exist."""
+    for frame in reversed(stack):
+        if not _is_torch_internal(frame.file):
+            return frame
+    return stack[-1] if stack else None
+
+
+def classify(frame: Frame | None) -> str:
+    """Origin of a break located at ``frame``, by the first matching rule of ``ORIGIN_RULES``."""
+    if frame is None:
+        return "torch"
+    for origin, path_rx, function_rx, source_rx in ORIGIN_RULES:
+        if ((not path_rx or re.search(path_rx, frame.file))
+                and (not function_rx or re.search(function_rx, frame.function))
+                and (not source_rx or re.search(source_rx, frame.source, re.IGNORECASE))):
+            return origin
+    return "user"
+
+
+@functools.cache
+def _gb_ids_by_type() -> dict[str, str]:
+    import torch._dynamo
+
+    registry_path = Path(torch._dynamo.__file__).parent / "graph_break_registry.json"
+    try:
+        entries = json.loads(registry_path.read_text())
+    except (OSError, ValueError):
+        return {}
+    by_type: dict[str, str] = {}
+    for gb_id, versions in sorted(entries.items()):
+        for version in versions:  # older gb_type names map to the same id
+            by_type.setdefault(version.get("Gb_type", ""), gb_id)
+    return by_type
+
+
+def gb_id_for(gb_type: str, message: str) -> str | None:
+    """PyTorch's GB id: from the registry shipped with torch, else from the docs link in the message.
+
+    The registry goes first: a wrapping break ("Graph break under ...") quotes its nested break's link.
+    """
+    if gb_type in _gb_ids_by_type():
+        return _gb_ids_by_type()[gb_type]
+    found = _GB_ID_IN_MESSAGE.search(message)
+    return f"GB{found.group(1)}" if found else None
+
+
+def _first_line(message: str) -> str:
+    return next((line.strip() for line in message.splitlines() if line.strip()), "")
+
+
+def record_from_exception(error: BaseException, user_stack: Any = None) -> BreakRecord:
+    """Locate and classify the break a fullgraph compile raised (or any compile failure)."""
+    message = str(error)
+    stack = frames_from(user_stack or getattr(error, "real_stack", None))
+    if not stack:  # a crash with no user stack: fall back to the traceback's non-torch frames
+        stack = frames_from(traceback.extract_tb(error.__traceback__))
+    gb_type = getattr(error, "gb_type", None) or type(error).__name__
+    where = innermost(stack)
+    return BreakRecord(
+        exception=f"{type(error).__module__}.{type(error).__qualname__}",
+        gb_type=gb_type,
+        gb_id=gb_id_for(gb_type, message),
+        message=_first_line(message),
+        file=where.file if where else "",
+        line=where.line if where else 0,
+        function=where.function if where else "",
+        source=where.source if where else "",
+        origin=classify(where),
+        root_cause=gb_type not in CONSEQUENCE_GB_TYPES,
+        stack=stack,
+    )
+
+
+@dataclass
+class CompileTrace:
+    """What dynamo reported while a block ran: breaks, recompile reasons and graph statistics."""
+
+    breaks: list[BreakRecord] = field(default_factory=list)
+    recompile_reasons: list[str] = field(default_factory=list)
+    graph_ops: list[int] = field(default_factory=list)
+
+    @property
+    def graph_count(self) -> int:
+        return len(self.graph_ops)
+
+
+class _TraceHandler(logging.Handler):
+    """Reads PyTorch's structured trace (``torch.__trace``) as it is emitted.
+
+    The graph-break artifact is logged inside dynamo's ``except`` block, so ``sys.exc_info()`` holds the
+    ``Unsupported`` exception itself, with its gb_type and real user stack: no text parsing needed.
+    """
+
+    def __init__(self, trace: CompileTrace) -> None:
+        super().__init__(logging.DEBUG)
+        self.trace = trace
+        self._by_site: dict[tuple[str, int, str, str], BreakRecord] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        metadata: dict[str, Any] = getattr(record, "metadata", {}) or {}
+        payload = getattr(record, "payload", None)
+        artifact = metadata.get("artifact")
+        if not isinstance(artifact, dict):
+            return
+        if artifact.get("name") == "dynamo_graph_break_reason":
+            self._on_break(metadata)
+        elif artifact.get("name") == "recompile_reasons" and payload:
+            self.trace.recompile_reasons.extend(_reasons(payload))
+
+    def _on_break(self, metadata: dict[str, Any]) -> None:
+        error, user_stack = _break_being_logged()
+        if error is None:
+            return  # the "skipping frame" echo of a break already recorded with its exception
+        record = record_from_exception(error, user_stack)
+        key = (record.file, record.line, record.function, record.gb_type)
+        if key in self._by_site:  # met again: dynamo restarted the analysis, or a resumed frame re-ran it
+            self._by_site[key].hits += 1
+            return
+        self._by_site[key] = record
+        self.trace.breaks.append(record)
+
+
+def _break_being_logged() -> tuple[BaseException | None, Any]:
+    """The exception (and user stack) of the graph break whose trace artifact is being emitted.
+
+    Dynamo's ``log_graph_break(..., exc)`` holds both; a data-dependent jump calls it outside any
+    ``except`` block, so ``sys.exc_info()`` alone would miss those breaks.
+    """
+    from torch._dynamo.exc import collapse_resume_frames, get_stack_above_dynamo
+
+    error: BaseException | None = None
+    user_stack: Any = None
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "log_graph_break" and "exc" in frame.f_locals:
+            error = frame.f_locals["exc"]
+            user_stack = getattr(error, "real_stack", None) or frame.f_locals.get("user_stack")
+            break
+        frame = frame.f_back  # type: ignore[assignment]
+    else:
+        error = sys.exc_info()[1]
+        if error is None or not hasattr(error, "real_stack"):
+            return None, None
+        user_stack = error.real_stack
+    # A break inside a resumed frame (e.g. the decode loop after an earlier break) has a short user stack;
+    # the eager frames above dynamo tell where it was called from.
+    return error, collapse_resume_frames(list(get_stack_above_dynamo()) + list(user_stack or []))
+
+
+def _reasons(payload: str) -> list[str]:
+    try:
+        parsed = json.loads(payload)
+    except ValueError:
+        return [payload.strip()]
+    return [str(item).strip() for item in parsed] if isinstance(parsed, list) else [str(parsed).strip()]
+
+
+def counting_backend(backend: str, trace: CompileTrace) -> Any:
+    """Wrap a named backend so each graph dynamo hands it is counted, with its op count."""
+    from torch._dynamo import lookup_backend
+
+    compiler = lookup_backend(backend)
+
+    def count_then_compile(graph_module: Any, example_inputs: Any) -> Any:
+        trace.graph_ops.append(sum(1 for node in graph_module.graph.nodes if node.op == "call_function"
+                                   or node.op == "call_method" or node.op == "call_module"))
+        return compiler(graph_module, example_inputs)
+
+    count_then_compile.__name__ = f"counting_{backend}"
+    return count_then_compile
+
+
+@contextmanager
+def capture_compile_events() -> Iterator[CompileTrace]:
+    """Record graph breaks and recompiles from PyTorch's structured trace while the block runs."""
+    trace = CompileTrace()
+    trace_logger = logging.getLogger("torch.__trace")
+    handler = _TraceHandler(trace)
+    previous_level, previous_propagate = trace_logger.level, trace_logger.propagate
+    trace_logger.addHandler(handler)
+    trace_logger.setLevel(logging.DEBUG)
+    trace_logger.propagate = False  # large payloads: keep them out of pytest's log capture
+    try:
+        yield trace
+    finally:
+        trace_logger.removeHandler(handler)
+        trace_logger.setLevel(previous_level)
+        trace_logger.propagate = previous_propagate

@@ -1,0 +1,139 @@
+"""Command line, environment and ini turned into one validated, frozen ``Settings``."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from pytest_fullgraph.registry import Registry
+
+BACKENDS = ("eager", "aot_eager", "inductor")
+DEFAULT_MODELS = "llama,gemma"
+FAST_BACKEND, SLOW_BACKEND = "aot_eager", "inductor"
+FAST_MAX_NEW_TOKENS, SLOW_MAX_NEW_TOKENS = 4, 16
+RUN_SLOW_ENV = "RUN_SLOW"
+
+_TRUE = ("y", "yes", "t", "true", "on", "1")
+_FALSE = ("n", "no", "f", "false", "off", "0")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the checks need to know about this run; derived identically on every xdist worker."""
+
+    models: tuple[str, ...]
+    backend: str
+    max_new_tokens: int
+    run_slow: bool
+    strict: bool
+    report_dir: Path | None = None
+
+    def describe(self) -> dict[str, object]:
+        """The settings a report records (JSON builtins)."""
+        return {"models": list(self.models), "backend": self.backend, "max_new_tokens": self.max_new_tokens,
+                "run_slow": self.run_slow, "strict": self.strict}
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("fullgraph", "fullgraph generate-compile conformance")
+    group.addoption("--fullgraph-models", dest="fullgraph_models", metavar="NAMES", default=None,
+                    help="Comma list of registered models to check; keywords 'all' and 'popular' "
+                         f"(default: {DEFAULT_MODELS}; ini: fullgraph_models)")
+    group.addoption("--fullgraph-backend", dest="fullgraph_backend", metavar="BACKEND", default=None,
+                    help=f"torch.compile backend, one of {', '.join(BACKENDS)} (default: {FAST_BACKEND}, "
+                         f"{SLOW_BACKEND} with --run-slow; ini: fullgraph_backend)")
+    group.addoption("--fullgraph-max-new-tokens", dest="fullgraph_max_new_tokens", metavar="N", default=None,
+                    help=f"Tokens to generate per check, a positive integer (default: {FAST_MAX_NEW_TOKENS}, "
+                         f"{SLOW_MAX_NEW_TOKENS} with --run-slow; ini: fullgraph_max_new_tokens)")
+    group.addoption("--fullgraph-strict", dest="fullgraph_strict", action="store_true", default=None,
+                    help="Fail checks that hit a graph break instead of marking them xfail "
+                         "(ini: fullgraph_strict)")
+    group.addoption("--run-slow", dest="fullgraph_run_slow", action="store_true", default=None,
+                    help=f"Run the slow tier: slow-marked tests, {SLOW_BACKEND} and longer generations "
+                         f"(else env {RUN_SLOW_ENV}, else ini: fullgraph_run_slow)")
+    group.addoption("--fullgraph-report", dest="fullgraph_report", metavar="DIR", default=None,
+                    help="Write fullgraph-report.json and fullgraph-report.md into DIR (ini: fullgraph_report)")
+    parser.addini("fullgraph_models", "Default for --fullgraph-models", default=None)
+    parser.addini("fullgraph_backend", "Default for --fullgraph-backend", default=None)
+    parser.addini("fullgraph_max_new_tokens", "Default for --fullgraph-max-new-tokens", default=None)
+    parser.addini("fullgraph_report", "Default for --fullgraph-report", default=None)
+    parser.addini("fullgraph_strict", "Default for --fullgraph-strict", type="bool", default=False)
+    parser.addini("fullgraph_run_slow", "Default for --run-slow, below the RUN_SLOW variable",
+                  type="bool", default=False)
+
+
+def parse_bool(value: str, source: str) -> bool:
+    """Parse like transformers' RUN_SLOW (strtobool): yes/no, true/false, on/off, 1/0, y/n, t/f, any case."""
+    lowered = value.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise pytest.UsageError(f"{source}={value!r} is not a boolean; use one of {', '.join(_TRUE + _FALSE)} "
+                            "(any case)")
+
+
+def parse_positive_int(value: str, source: str) -> int:
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        number = 0
+    if number <= 0:
+        raise pytest.UsageError(f"{source}={value!r} is not a positive integer")
+    return number
+
+
+def parse_backend(value: str, source: str) -> str:
+    backend = value.strip()
+    if backend not in BACKENDS:
+        raise pytest.UsageError(f"{source}={value!r} is not a known backend; use one of {', '.join(BACKENDS)}")
+    return backend
+
+
+def _pick(config: pytest.Config, dest: str, ini: str) -> tuple[str | None, str]:
+    """Value and its source name, command line first, then ini; ``None`` when neither is set."""
+    cli = config.getoption(dest)
+    if cli is not None:
+        return str(cli), f"--{dest.replace('_', '-')}"
+    ini_value = config.getini(ini)
+    if ini_value not in (None, "", []):
+        return str(ini_value), f"ini {ini}"
+    return None, ""
+
+
+def resolve_run_slow(config: pytest.Config) -> bool:
+    """CLI > environment > ini, as pytest-timeout resolves its settings."""
+    if config.getoption("fullgraph_run_slow"):
+        return True
+    env_value = os.environ.get(RUN_SLOW_ENV)
+    if env_value is not None and env_value.strip() != "":
+        return parse_bool(env_value, f"environment variable {RUN_SLOW_ENV}")
+    return bool(config.getini("fullgraph_run_slow"))
+
+
+def resolve_settings(config: pytest.Config, registry: Registry) -> Settings:
+    """Validate every fullgraph option; any bad value is a ``pytest.UsageError`` naming it."""
+    run_slow = resolve_run_slow(config)
+
+    models_value, models_source = _pick(config, "fullgraph_models", "fullgraph_models")
+    try:
+        models = registry.select(models_value if models_value is not None else DEFAULT_MODELS)
+    except ValueError as error:
+        raise pytest.UsageError(f"{models_source or '--fullgraph-models'}: {error}") from None
+
+    backend_value, backend_source = _pick(config, "fullgraph_backend", "fullgraph_backend")
+    backend = parse_backend(backend_value, backend_source) if backend_value is not None else (
+        SLOW_BACKEND if run_slow else FAST_BACKEND)
+
+    tokens_value, tokens_source = _pick(config, "fullgraph_max_new_tokens", "fullgraph_max_new_tokens")
+    max_new_tokens = parse_positive_int(tokens_value, tokens_source) if tokens_value is not None else (
+        SLOW_MAX_NEW_TOKENS if run_slow else FAST_MAX_NEW_TOKENS)
+
+    strict = bool(config.getoption("fullgraph_strict")) or bool(config.getini("fullgraph_strict"))
+    report_value, _ = _pick(config, "fullgraph_report", "fullgraph_report")
+    report_dir = Path(report_value) if report_value else None
+    return Settings(models=models, backend=backend, max_new_tokens=max_new_tokens, run_slow=run_slow,
+                    strict=strict, report_dir=report_dir)

@@ -1,0 +1,149 @@
+"""pytest hooks and fixtures of pytest_fullgraph; each delegates to the session, options or report modules."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_fullgraph import check, hookspecs, options, registry, report
+from pytest_fullgraph.session import REPORT_ATTRIBUTE, RESULT_KEY, FullgraphSession
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+SESSION_KEY = pytest.StashKey[FullgraphSession]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    options.add_options(parser)
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "slow: runs only in the slow tier (--run-slow, RUN_SLOW or ini)")
+    models = registry.session_registry()
+    config.hook.pytest_fullgraph_register_models(registry=models)
+    settings = options.resolve_settings(config, models)
+    session = FullgraphSession(settings, models, is_worker=hasattr(config, "workerinput"))
+    config.stash[SESSION_KEY] = session
+    config.pluginmanager.register(_ControllerHooks(session), f"fullgraph-session-{id(config)}")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    registry.forget_external_models()
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    settings = config.stash[SESSION_KEY].settings
+    tier = "slow" if settings.run_slow else "fast"
+    return (f"fullgraph: models={','.join(settings.models)} backend={settings.backend} "
+            f"max_new_tokens={settings.max_new_tokens} tier={tier} strict={settings.strict}")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize in model, scenario, level order, giving ids like ``llama-greedy-forward``."""
+    settings = metafunc.config.stash[SESSION_KEY].settings
+    axes = (("fullgraph_model_name", settings.models), ("fullgraph_scenario", tuple(check.SCENARIOS)),
+            ("fullgraph_level", tuple(check.LEVELS)))
+    for fixture_name, values in axes:
+        if fixture_name in metafunc.fixturenames:
+            metafunc.parametrize(fixture_name, values, ids=list(values))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.stash[SESSION_KEY].settings.run_slow:
+        return
+    skip_slow = pytest.mark.skip(reason="slow tier is off: use --run-slow or RUN_SLOW=1")
+    for item in items:
+        if item.get_closest_marker("slow"):
+            item.add_marker(skip_slow)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    report = yield
+    result = item.stash.get(RESULT_KEY, None)
+    if result is not None and report.when == "call":
+        setattr(report, REPORT_ATTRIBUTE, result.to_dict())  # JSON builtins: xdist ships it to the controller
+    return report
+
+
+class _ControllerHooks:
+    """Hooks bound to this run's session; registered per config, so pytester's nested runs stay apart.
+
+    Workers attach each result to its test report; only the controller collects them and writes files.
+    """
+
+    def __init__(self, session: FullgraphSession) -> None:
+        self.session = session
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        data = getattr(report, REPORT_ATTRIBUTE, None)
+        if data is not None and not self.session.is_worker:
+            self.session.results.append(check.CheckResult.from_dict(data))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object | None) -> None:
+        if error is not None:
+            worker_id = getattr(node, "workerinput", {}).get("workerid", str(node))
+            self.session.crashed_workers.append({"node": str(worker_id), "error": str(error).strip()[:500]})
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.session.is_worker or self.session.settings.report_dir is None:
+            return
+        self.session.written = report.write(self.session.build_report(), self.session.settings.report_dir)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.session.is_worker or not (self.session.results or self.session.crashed_workers):
+            return
+        terminalreporter.section("fullgraph")
+        for line in report.terminal_lines(self.session.build_report()):
+            terminalreporter.write_line(line)
+        for path in self.session.written:
+            terminalreporter.write_line(f"fullgraph report: {path}")
+
+
+# --- fixtures -------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def fullgraph_settings(pytestconfig: pytest.Config) -> options.Settings:
+    """The validated fullgraph options of this run."""
+    return pytestconfig.stash[SESSION_KEY].settings
+
+
+@pytest.fixture
+def fullgraph_model(pytestconfig: pytest.Config, fullgraph_model_name: str) -> PreTrainedModel:
+    """The selected model, built once per worker; a build failure errors this test only."""
+    built = pytestconfig.stash[SESSION_KEY].model(fullgraph_model_name)
+    if isinstance(built, BaseException):
+        raise RuntimeError(f"model {fullgraph_model_name!r} failed to build") from built
+    return built
+
+
+@pytest.fixture
+def fullgraph_check(request: pytest.FixtureRequest) -> Callable[..., check.CheckResult]:
+    """Run one check: ``fullgraph_check(model, scenario, level)`` → ``CheckResult``.
+
+    The result is recorded for the report and JUnit, then judged (xfail on a break unless strict, fail on
+    mismatch/error/nondeterministic) unless ``verdict=False``.
+    """
+    fullgraph_session: FullgraphSession = request.config.stash[SESSION_KEY]
+
+    def run(model: str, scenario: str, level: str, *, verdict: bool = True) -> check.CheckResult:
+        result = fullgraph_session.run(model, scenario, level)
+        request.node.stash[RESULT_KEY] = result
+        first = result.first_break
+        for name, value in (("fullgraph_outcome", result.outcome), ("graph_breaks", len(result.breaks)),
+                            ("first_break", first.summary() if first else "")):
+            request.node.user_properties.append((name, value))
+        if verdict:
+            fullgraph_session.apply_verdict(result)
+        return result
+
+    return run

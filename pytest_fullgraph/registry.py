@@ -1,0 +1,195 @@
+"""Model registry: names mapped to ``ModelSpec``s that build tiny, seeded causal LMs without downloads."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pytest_fullgraph import tiny_configs
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig, PreTrainedModel
+
+#: Selection keywords accepted beside model names.
+KEYWORDS = ("all", "popular")
+DEFAULT_SEED = 0
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """How to build one model under test.
+
+    ``build`` returns a causal LM in eval mode; it is called once per worker and cached, so it must be
+    deterministic (seed inside it) for xdist workers and CI shards to test the same weights.
+    """
+
+    name: str
+    build: Callable[[], PreTrainedModel]
+    family: str = ""
+    tags: frozenset[str] = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        if not self.name or "," in self.name or self.name in KEYWORDS or self.name != self.name.strip():
+            raise ValueError(f"invalid model name {self.name!r}: must be non-empty, without commas or spaces "
+                             f"around it, and not one of the keywords {', '.join(KEYWORDS)}")
+        if not callable(self.build):
+            raise TypeError(f"model {self.name!r}: build must be callable, got {type(self.build).__name__}")
+        object.__setattr__(self, "tags", frozenset(self.tags))
+        if not self.family:
+            object.__setattr__(self, "family", self.name)
+
+
+def tiny_config_kwargs(model_type: str) -> dict[str, Any]:
+    """The constructor kwargs of the tiny config of ``model_type``: generic shrink filtered + overrides."""
+    from transformers import CONFIG_MAPPING
+
+    config_class = CONFIG_MAPPING[model_type]
+    # A default instance tells which generic keys this config understands (attribute_map included).
+    transformers_logger = logging.getLogger("transformers")
+    previous_level = transformers_logger.level
+    transformers_logger.setLevel(logging.ERROR)  # default configs of some types warn about their own ids
+    try:
+        default = config_class()
+    finally:
+        transformers_logger.setLevel(previous_level)
+    kwargs = {key: value for key, value in tiny_configs.GENERIC_SHRINK.items() if hasattr(default, key)}
+    kwargs.update(tiny_configs.OVERRIDES.get(model_type, {}))
+    return {key: value for key, value in kwargs.items() if value is not None or key == "sliding_window"}
+
+
+def tiny_config(model_type: str) -> PretrainedConfig:
+    """The tiny config of a transformers model type, for building your own model class on it."""
+    from transformers import CONFIG_MAPPING
+
+    return CONFIG_MAPPING[model_type](**tiny_config_kwargs(model_type))
+
+
+def build_tiny(model_type: str, seed: int = DEFAULT_SEED,
+               model_class: Callable[[PretrainedConfig], PreTrainedModel] | None = None) -> PreTrainedModel:
+    """Build a tiny causal LM with seeded random weights (no hub access), in eval mode.
+
+    ``model_class`` (default: the type's ``AutoModelForCausalLM`` class) lets a conftest build a subclass.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    config = tiny_config(model_type)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = model_class(config) if model_class else AutoModelForCausalLM.from_config(config)
+    return model.eval()
+
+
+def tiny_spec(model_type: str) -> ModelSpec:
+    """A registry entry for a transformers model type built by the tiny-config table."""
+
+    def build() -> PreTrainedModel:
+        return build_tiny(model_type)
+
+    tags = {"popular", *tiny_configs.EXTRA_TAGS.get(model_type, ())}
+    return ModelSpec(model_type, build, tiny_configs.FAMILIES.get(model_type, model_type), frozenset(tags))
+
+
+class Registry:
+    """An ordered name → ModelSpec mapping with selection by names and keywords."""
+
+    def __init__(self, specs: Iterable[ModelSpec] = ()) -> None:
+        self._specs: dict[str, ModelSpec] = {}
+        for spec in specs:
+            self.add(spec)
+
+    def add(self, spec: ModelSpec, *, replace: bool = False) -> None:
+        if spec.name in self._specs and not replace:
+            raise ValueError(f"model {spec.name!r} is already registered; pass replace=True to override it")
+        self._specs[spec.name] = spec
+
+    def register(
+        self,
+        name: str,
+        build: Callable[[], PreTrainedModel],
+        *,
+        family: str = "",
+        tags: Iterable[str] = (),
+        replace: bool = False,
+    ) -> ModelSpec:
+        spec = ModelSpec(name, build, family, frozenset(tags))
+        self.add(spec, replace=replace)
+        return spec
+
+    def __getitem__(self, name: str) -> ModelSpec:
+        return self._specs[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._specs
+
+    def __iter__(self) -> Iterator[ModelSpec]:
+        return iter(self._specs.values())
+
+    def names(self) -> list[str]:
+        return sorted(self._specs)
+
+    def select(self, expression: str) -> tuple[str, ...]:
+        """Resolve a comma list of names and keywords into model names, in a deterministic order.
+
+        Raises ``ValueError`` naming every unknown entry and every valid choice.
+        """
+        requested = [part.strip() for part in expression.split(",") if part.strip()]
+        if not requested:
+            raise ValueError(f"no model selected by {expression!r}; {self.describe_choices()}")
+        unknown = [name for name in requested if name not in KEYWORDS and name not in self._specs]
+        if unknown:
+            raise ValueError(f"unknown model name(s): {', '.join(unknown)}; {self.describe_choices()}")
+        selected: dict[str, None] = {}  # insertion-ordered set
+        for name in requested:
+            if name == "all":
+                selected.update(dict.fromkeys(self.names()))
+            elif name == "popular":
+                selected.update(dict.fromkeys(n for n in self.names() if "popular" in self._specs[n].tags))
+            else:
+                selected[name] = None
+        return tuple(selected)
+
+    def describe_choices(self) -> str:
+        return f"valid: {', '.join(KEYWORDS)} (keywords), {', '.join(self.names())}"
+
+
+def builtin_specs() -> list[ModelSpec]:
+    return [tiny_spec(model_type) for model_type in tiny_configs.POPULAR_MODEL_TYPES]
+
+
+#: Models registered by ``register_model`` from conftest files; merged into each session's registry.
+_external_specs: dict[str, ModelSpec] = {}
+
+
+def register_model(
+    name: str,
+    build: Callable[[], PreTrainedModel],
+    *,
+    family: str = "",
+    tags: Iterable[str] = (),
+    replace: bool = False,
+) -> ModelSpec:
+    """Register a model from a conftest.py (or any module imported before collection).
+
+    A name that is already built in, or registered before, needs ``replace=True``.
+    """
+    spec = ModelSpec(name, build, family, frozenset(tags))
+    if not replace and (name in _external_specs or name in tiny_configs.POPULAR_MODEL_TYPES):
+        raise ValueError(f"model {name!r} is already registered; pass replace=True to override it")
+    _external_specs[name] = spec
+    return spec
+
+
+def session_registry() -> Registry:
+    """Built-in specs overlaid with the externally registered ones."""
+    registry = Registry(builtin_specs())
+    for spec in _external_specs.values():
+        registry.add(spec, replace=True)
+    return registry
+
+
+def forget_external_models() -> None:
+    """Drop conftest registrations at session end (pytester runs many sessions in one process)."""
+    _external_specs.clear()

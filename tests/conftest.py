@@ -1,0 +1,70 @@
+"""Shared helpers for the plugin's own tests: toy models planted with known faults, run through pytester."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+#: A conftest for pytester runs: toy models built on the tiny llama, each with a known behaviour.
+#: Line numbers matter: tests assert the planted break is reported at PLANTED_BREAK_LINE.
+TOY_CONFTEST = textwrap.dedent('''\
+    import torch
+    from transformers import LlamaForCausalLM
+    from pytest_fullgraph import build_tiny, register_model
+
+
+    class PlantedBreak(LlamaForCausalLM):
+        def forward(self, *args, **kwargs):
+            out = super().forward(*args, **kwargs)
+            if out.logits.sum() > 0:  # planted graph break: data-dependent branch
+                out.logits = out.logits + 0
+            return out
+
+
+    class DriftsWhenCompiled(LlamaForCausalLM):
+        def forward(self, *args, **kwargs):
+            out = super().forward(*args, **kwargs)
+            if torch.compiler.is_compiling():
+                out.logits = out.logits.clone()
+                out.logits[..., 5] = out.logits[..., 5] + 1000.0
+            return out
+
+
+    def broken_build():
+        raise RuntimeError("this model cannot be built")
+
+
+    register_model("toy", lambda: build_tiny("llama"))
+    register_model("toy_break", lambda: build_tiny("llama", model_class=PlantedBreak))
+    register_model("toy_drift", lambda: build_tiny("llama", model_class=DriftsWhenCompiled))
+    register_model("toy_broken", broken_build)
+''')
+PLANTED_BREAK_LINE = 9
+
+SUITE_TEST = textwrap.dedent('''\
+    def test_generation_compiles_exactly(fullgraph_model_name, fullgraph_scenario, fullgraph_level,
+                                         fullgraph_check):
+        fullgraph_check(fullgraph_model_name, fullgraph_scenario, fullgraph_level)
+''')
+
+
+@pytest.fixture
+def toy_project(pytester: pytest.Pytester) -> pytest.Pytester:
+    """A project with the toy models registered and the conformance test in it."""
+    pytester.makeconftest(TOY_CONFTEST)
+    pytester.makepyfile(test_suite=SUITE_TEST)
+    return pytester
+
+
+def read_report(directory: Path) -> dict[str, Any]:
+    return json.loads((directory / "fullgraph-report.json").read_text())
+
+
+def checks_by_id(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {f"{c['model']}-{c['scenario']}-{c['level']}": c for c in report["checks"]}

@@ -1,0 +1,79 @@
+"""Break capture and classification: planted breaks in toy code, and the real breaks of transformers' generate."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pytest_fullgraph import build_tiny, run_check
+from pytest_fullgraph.breaks import ORIGINS, Frame, capture_compile_events, classify
+
+EOS_TOKEN_ID = 2
+
+
+def sample_then_read(probs: torch.Tensor) -> int:
+    return int(torch.multinomial(probs, 1).sum().item())  # planted sampling break
+
+
+def stop_when_all_finished(tokens: torch.Tensor) -> torch.Tensor:
+    if (tokens == EOS_TOKEN_ID).all():  # planted break in a stopping check
+        return tokens
+    return tokens + 1
+
+
+def planted_user_break(x: torch.Tensor) -> torch.Tensor:
+    if x.sum() > 0:  # planted user break
+        return x * 2
+    return x
+
+
+@pytest.mark.parametrize(("function", "argument", "origin", "gb_id", "marker"), [
+    (sample_then_read, torch.tensor([[0.2, 0.8]]), "sampling", "GB0124", "planted sampling break"),
+    (stop_when_all_finished, torch.tensor([2, 3]), "eos", "GB0170", "planted break in a stopping check"),
+    (planted_user_break, torch.tensor([1.0]), "user", "GB0170", "planted user break"),
+])
+def test_planted_breaks_are_located_and_classified(function, argument, origin, gb_id, marker) -> None:  # type: ignore[no-untyped-def]
+    torch._dynamo.reset()
+    with capture_compile_events() as trace:
+        torch.compile(function, backend="eager")(argument)
+    assert len(trace.breaks) == 1, trace.breaks
+    record = trace.breaks[0]
+    assert record.file.endswith("test_breaks.py") and record.function == function.__name__
+    assert marker in record.source
+    assert (record.origin, record.gb_id, record.root_cause) == (origin, gb_id, True)
+
+
+@pytest.mark.parametrize(("frame", "origin"), [
+    (Frame("transformers/models/llama/modeling_llama.py", 1, "forward", "x = y"), "model"),
+    (Frame("transformers/cache_utils.py", 1, "update", "self.keys = k"), "cache"),
+    (Frame("transformers/masking_utils.py", 1, "sdpa_mask", "m = a"), "masking"),
+    (Frame("transformers/generation/logits_process.py", 1, "__call__", "s = x"), "sampling"),
+    (Frame("transformers/generation/stopping_criteria.py", 1, "__call__", "d = x"), "eos"),
+    (Frame("transformers/integrations/sdpa_attention.py", 1, "sdpa", "a = b"), "integration"),
+    (Frame("torch/nn/modules/module.py", 1, "_call_impl", "f()"), "torch"),
+    (Frame("mypackage/model.py", 1, "forward", "y = x"), "user"),
+])
+def test_origin_rules_table(frame: Frame, origin: str) -> None:
+    assert classify(frame) == origin and origin in ORIGINS
+
+
+def test_real_breaks_of_transformers_generate_are_classified() -> None:
+    result = run_check(build_tiny("llama"), "llama", "eos", "generate", "eager", 2)
+    assert result.outcome == "break"
+    first = result.first_break
+    assert first is not None and first.function == "_prepare_special_tokens"
+    assert (first.origin, first.gb_id, first.file) == ("eos", "GB0170", "transformers/generation/utils.py")
+    sites = {(b.function, b.gb_type): b for b in result.breaks}
+    special = [b for b in result.breaks if b.function == "_prepare_special_tokens"]
+    assert special and {b.origin for b in special} == {"eos"}
+    assert any("torch.isin(eos_token_tensor, pad_token_tensor)" in b.source for b in special), special
+    padding = next(b for b in result.breaks if "has_right_padding" in b.source)
+    assert padding.origin == "masking" and padding.gb_id == "GB0124"
+    stop_check = sites[("__call__", "Unsupported Tensor.item() call with capture_scalar_outputs=False")]
+    assert stop_check.origin == "eos" and "unfinished_sequences.max() == 0" in stop_check.source
+    assert stop_check.root_cause
+    assert any(frame.function == "_sample" for frame in stop_check.stack)  # reached from the decode loop
+    wrapper = sites[("__call__", "Graph break under GenericContextWrappingVariable")]
+    assert wrapper.gb_id == "GB0066" and not wrapper.root_cause
+    assert all(b.origin in ORIGINS for b in result.breaks)
+    assert result.graph_count and result.graph_count > 1

@@ -1,0 +1,74 @@
+"""The check end to end on toy models with known behaviour, run as users run the suite."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PLANTED_BREAK_LINE, checks_by_id, read_report
+
+FORWARD_GREEDY = ["-k", "greedy and forward", "-p", "no:cacheprovider"]
+
+
+def test_toy_model_compiles_and_passes_exactly(toy_project: pytest.Pytester, tmp_path: Path) -> None:
+    result = toy_project.runpytest("--fullgraph-models=toy", "--fullgraph-backend=eager", *FORWARD_GREEDY,
+                                   f"--fullgraph-report={tmp_path}")
+    result.assert_outcomes(passed=1)
+    check = checks_by_id(read_report(tmp_path))["toy-greedy-forward"]
+    assert check["outcome"] == "pass"
+    assert check["graph_count"] >= 1 and check["breaks"] == []
+
+
+def test_planted_break_is_xfail_at_its_file_and_line(toy_project: pytest.Pytester, tmp_path: Path) -> None:
+    result = toy_project.runpytest("--fullgraph-models=toy_break", "--fullgraph-backend=eager", "-rx",
+                                   *FORWARD_GREEDY, f"--fullgraph-report={tmp_path}")
+    result.assert_outcomes(xfailed=1)
+    result.stdout.fnmatch_lines([f"*graph break: Data-dependent branching [[]GB0170[]] at conftest.py:"
+                                 f"{PLANTED_BREAK_LINE} in forward (user)*"])
+    first = checks_by_id(read_report(tmp_path))["toy_break-greedy-forward"]["first_break"]
+    assert (first["file"], first["line"], first["function"]) == ("conftest.py", PLANTED_BREAK_LINE, "forward")
+    assert first["source"] == "if out.logits.sum() > 0:  # planted graph break: data-dependent branch"
+    assert first["gb_id"] == "GB0170" and first["exception"] == "torch._dynamo.exc.Unsupported"
+
+
+def test_planted_break_fails_when_strict(toy_project: pytest.Pytester) -> None:
+    result = toy_project.runpytest("--fullgraph-models=toy_break", "--fullgraph-backend=eager",
+                                   "--fullgraph-strict", *FORWARD_GREEDY)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*break: Data-dependent branching*conftest.py:*"])
+
+
+def test_compiled_only_drift_is_a_mismatch_at_the_right_position(toy_project: pytest.Pytester,
+                                                                 tmp_path: Path) -> None:
+    result = toy_project.runpytest("--fullgraph-models=toy_drift", "--fullgraph-backend=eager",
+                                   *FORWARD_GREEDY, f"--fullgraph-report={tmp_path}")
+    result.assert_outcomes(failed=1)
+    check = checks_by_id(read_report(tmp_path))["toy_drift-greedy-forward"]
+    mismatch = check["mismatch"]
+    # prefill runs eagerly in transformers' compiled-forward path: the first compiled step is new token 1
+    assert (mismatch["row"], mismatch["position"], mismatch["step"]) == (0, 9, 1)
+    assert mismatch["compiled_token"] == 5 and mismatch["eager_token"] != 5
+    assert mismatch["eager_logit_gap"] > 0
+    result.stdout.fnmatch_lines(["*mismatch: compiled tokens differ from eager at row 0, position 9 (new token 1):"
+                                 "*compiled 5; eager top-1/top-2 logit gap there*"])
+
+
+def test_broken_model_errors_alone(toy_project: pytest.Pytester, tmp_path: Path) -> None:
+    result = toy_project.runpytest("--fullgraph-models=toy_broken,toy", "--fullgraph-backend=eager",
+                                   *FORWARD_GREEDY, f"--fullgraph-report={tmp_path}")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*error: model 'toy_broken' failed to build: RuntimeError: this model cannot "
+                                 "be built*"])
+    outcomes = {k: c["outcome"] for k, c in checks_by_id(read_report(tmp_path)).items()}
+    assert outcomes == {"toy_broken-greedy-forward": "error", "toy-greedy-forward": "pass"}
+
+
+def test_all_scenarios_pass_on_toy_at_forward_level(toy_project: pytest.Pytester, tmp_path: Path) -> None:
+    result = toy_project.runpytest("--fullgraph-models=toy", "-k", "forward", "-p", "no:cacheprovider",
+                                   f"--fullgraph-report={tmp_path}")
+    result.assert_outcomes(passed=4)
+    checks = checks_by_id(read_report(tmp_path))
+    eos = checks["toy-eos-forward"]["eos_token_id"]
+    assert isinstance(eos, int) and eos > 2
+    assert {c["backend"] for c in checks.values()} == {"aot_eager"}

@@ -1,0 +1,133 @@
+"""Option validation and precedence, run as a user runs pytest (no model is built here)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_fullgraph.registry import Registry, session_registry
+
+HEADER_TEST = "def test_nothing(fullgraph_settings):\n    pass\n"
+
+
+def header(result: pytest.RunResult) -> str:
+    return next(line for line in result.outlines if line.startswith("fullgraph:"))
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--fullgraph-models=llama,nope"], ["unknown model name(s): nope", "llama", "gemma", "popular"]),
+        (["--fullgraph-models=,"], ["no model selected"]),
+        (["--fullgraph-backend=cuda"], ["'cuda' is not a known backend", "eager, aot_eager, inductor"]),
+        (["--fullgraph-max-new-tokens=0"], ["'0' is not a positive integer"]),
+        (["--fullgraph-max-new-tokens=-3"], ["'-3' is not a positive integer"]),
+        (["--fullgraph-max-new-tokens=four"], ["'four' is not a positive integer"]),
+    ],
+)
+def test_bad_option_values_are_usage_errors(pytester: pytest.Pytester, args: list[str],
+                                            expected: list[str]) -> None:
+    pytester.makepyfile(HEADER_TEST)
+    result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    for text in expected:
+        assert text in result.stderr.str()
+
+
+def test_bad_run_slow_value_names_variable_and_value(pytester: pytest.Pytester,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makepyfile(HEADER_TEST)
+    monkeypatch.setenv("RUN_SLOW", "maybe")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "environment variable RUN_SLOW='maybe' is not a boolean" in result.stderr.str()
+
+
+def test_bad_ini_value_names_the_ini_key(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nfullgraph_backend = tpu\n")
+    pytester.makepyfile(HEADER_TEST)
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "ini fullgraph_backend='tpu'" in result.stderr.str()
+
+
+def test_defaults(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RUN_SLOW", raising=False)
+    pytester.makepyfile(HEADER_TEST)
+    result = pytester.runpytest()
+    assert header(result) == ("fullgraph: models=llama,gemma backend=aot_eager max_new_tokens=4 tier=fast "
+                              "strict=False")
+
+
+@pytest.mark.parametrize(("env", "ini", "cli", "slow"), [
+    (None, "false", [], False),
+    (None, "true", [], True),
+    ("no", "true", [], False),        # env beats ini
+    ("YES", "false", [], True),
+    ("off", "false", ["--run-slow"], True),  # CLI beats env
+    ("0", None, [], False),
+    ("On", None, [], True),
+])
+def test_run_slow_precedence_cli_env_ini(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+                                         env: str | None, ini: str | None, cli: list[str], slow: bool) -> None:
+    if env is None:
+        monkeypatch.delenv("RUN_SLOW", raising=False)
+    else:
+        monkeypatch.setenv("RUN_SLOW", env)
+    if ini is not None:
+        pytester.makeini(f"[pytest]\nfullgraph_run_slow = {ini}\n")
+    pytester.makepyfile(HEADER_TEST)
+    text = header(pytester.runpytest(*cli))
+    assert ("tier=slow" in text) is slow
+    # the slow tier switches the defaults to inductor and longer generations
+    assert ("backend=inductor max_new_tokens=16" in text) is slow
+
+
+def test_cli_beats_ini_for_values(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RUN_SLOW", raising=False)
+    pytester.makeini("[pytest]\nfullgraph_models = qwen2,phi\nfullgraph_backend = eager\n"
+                     "fullgraph_max_new_tokens = 7\nfullgraph_strict = true\n")
+    pytester.makepyfile(HEADER_TEST)
+    assert header(pytester.runpytest()) == ("fullgraph: models=qwen2,phi backend=eager max_new_tokens=7 "
+                                            "tier=fast strict=True")
+    text = header(pytester.runpytest("--fullgraph-models=mamba", "--fullgraph-backend=inductor",
+                                     "--fullgraph-max-new-tokens=2"))
+    assert text.startswith("fullgraph: models=mamba backend=inductor max_new_tokens=2 ")
+
+
+def test_slow_marker_skips_with_reason_unless_slow_tier(pytester: pytest.Pytester,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RUN_SLOW", raising=False)
+    pytester.makepyfile("import pytest\n\n@pytest.mark.slow\ndef test_long():\n    pass\n")
+    result = pytester.runpytest("-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*slow tier is off: use --run-slow or RUN_SLOW=1*"])
+    monkeypatch.setenv("RUN_SLOW", "true")
+    pytester.runpytest().assert_outcomes(passed=1)
+
+
+def test_parametrization_ids_are_model_scenario_level(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_case(fullgraph_model_name, fullgraph_scenario, fullgraph_level):\n"
+                        "    pass\n")
+    result = pytester.runpytest("--collect-only", "-q", "--fullgraph-models=gemma,llama")
+    ids = [line.split("[")[1].rstrip("]") for line in result.outlines if "::test_case[" in line]
+    assert ids[:3] == ["gemma-greedy-forward", "gemma-greedy-generate", "gemma-sample-forward"]
+    assert len(ids) == 2 * 4 * 2 and "llama-padded-generate" in ids
+
+
+def test_selection_keywords_and_order() -> None:
+    registry = session_registry()
+    assert registry.select("popular") == registry.select("all")  # every built-in model is popular
+    assert len(registry.select("popular")) >= 25
+    assert registry.select("gemma,llama,gemma") == ("gemma", "llama")
+    with pytest.raises(ValueError, match=r"unknown model name\(s\): a, b; valid: all, popular"):
+        registry.select("llama,a,b")
+
+
+def test_registry_rejects_duplicates_and_bad_names() -> None:
+    registry = Registry()
+    registry.register("mine", lambda: None)  # type: ignore[arg-type,return-value]
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register("mine", lambda: None)  # type: ignore[arg-type,return-value]
+    for bad in ("", "a,b", "all", " x"):
+        with pytest.raises(ValueError, match="invalid model name"):
+            registry.register(bad, lambda: None)  # type: ignore[arg-type,return-value]

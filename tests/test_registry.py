@@ -1,0 +1,56 @@
+"""The built-in registry builds tiny, seeded models; third parties register theirs from a conftest."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pytest_fullgraph import tiny_configs
+from pytest_fullgraph.registry import build_tiny
+
+REQUIRED = ["llama", "gemma", "gemma2", "gemma3_text", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi", "phi3", "gpt2", "gpt_neox", "falcon", "opt", "olmo2", "starcoder2", "granite", "cohere", "stablelm", "gpt_oss", "mpt", "gpt_neo", "mamba"]
+
+
+@pytest.mark.parametrize("model_type", REQUIRED)
+def test_builtin_model_is_tiny_seeded_and_generates(model_type: str) -> None:
+    assert model_type in tiny_configs.POPULAR_MODEL_TYPES
+    model = build_tiny(model_type)
+    assert not model.training
+    assert sum(p.numel() for p in model.parameters()) < 1_000_000
+    again = build_tiny(model_type)
+    for (name, first), (_, second) in zip(model.state_dict().items(), again.state_dict().items(), strict=True):
+        assert torch.equal(first, second), f"{model_type}: {name} differs between two builds"
+    output = model.generate(torch.tensor([[5, 6, 7]]), max_new_tokens=2, do_sample=False, pad_token_id=0)
+    assert output.shape == (1, 5)
+
+
+def test_register_model_function_and_hook(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        "from pytest_fullgraph import build_tiny, register_model\n"
+        "register_model('by_function', lambda: build_tiny('llama'), family='mine', tags=['popular'])\n"
+        "def pytest_fullgraph_register_models(registry):\n"
+        "    registry.register('by_hook', lambda: build_tiny('gpt2'))\n"
+    )
+    pytester.makepyfile(
+        "def test_model(fullgraph_model_name, fullgraph_model):\n"
+        "    assert fullgraph_model.config.model_type == {'by_function': 'llama', 'by_hook': 'gpt2'}"
+        "[fullgraph_model_name]\n"
+    )
+    result = pytester.runpytest("--fullgraph-models=by_function,by_hook", "-v")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*test_model[[]by_function[]] PASSED*", "*test_model[[]by_hook[]] PASSED*"])
+
+
+def test_registering_a_builtin_name_needs_replace(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest("from pytest_fullgraph import register_model\nregister_model('llama', lambda: None)\n")
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest()
+    assert result.ret != 0
+    assert "model 'llama' is already registered; pass replace=True" in result.stdout.str() + result.stderr.str()
+
+
+def test_plugin_listed_twice_is_registered_once(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest("pytest_plugins = ['pytest_fullgraph.plugin']\n")
+    pytester.makepyfile("def test_x(fullgraph_settings):\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "pytest_fullgraph.plugin")
+    result.assert_outcomes(passed=1)

@@ -1,0 +1,123 @@
+"""Report merge, diff and their command line, including bad input; atomic writes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_fullgraph import report
+from pytest_fullgraph.breaks import BreakRecord
+from pytest_fullgraph.check import CheckResult
+
+ENVIRONMENT = {"torch": "2.13.0", "transformers": "5.24.0", "backend": "aot_eager", "max_new_tokens": 4}
+
+
+def a_break(line: int, gb_type: str = "Data-dependent branching") -> BreakRecord:
+    return BreakRecord("torch._dynamo.exc.Unsupported", gb_type, "GB0170", "msg", "transformers/generation/utils.py",
+                       line, "generate", "if x:", "generation")
+
+
+def a_result(model: str, outcome: str, breaks: list[BreakRecord] | None = None, level: str = "generate") -> CheckResult:
+    records = breaks or []
+    return CheckResult(model, "greedy", level, "aot_eager", 4, outcome, "why",
+                       first_break=records[0] if records else None, breaks=records)
+
+
+def save(path: Path, checks: list[CheckResult]) -> Path:
+    report.write(report.Report(dict(ENVIRONMENT), checks), path)
+    return path / report.JSON_NAME
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pytest_fullgraph", *args], capture_output=True, text=True,
+                          check=False)
+
+
+def test_round_trip_keeps_every_field(tmp_path: Path) -> None:
+    checks = [a_result("llama", "break", [a_break(10), a_break(20)]), a_result("gemma", "pass", level="forward")]
+    loaded = report.load(save(tmp_path, checks))
+    assert loaded.sorted_checks() == sorted(checks, key=report.check_key)
+
+
+def test_diff_identical_passes_and_regression_fails(tmp_path: Path) -> None:
+    baseline = save(tmp_path / "base", [a_result("llama", "break", [a_break(10)]), a_result("gemma", "pass")])
+    same = cli("report", "diff", str(baseline), str(baseline))
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert "0 regression(s)" in same.stdout
+
+    current = save(tmp_path / "cur", [a_result("llama", "break", [a_break(10), a_break(30)]),
+                                      a_result("gemma", "mismatch")])
+    worse = cli("report", "diff", str(baseline), str(current))
+    assert worse.returncode == 1
+    assert "REGRESSION gemma-greedy-generate: pass -> mismatch" in worse.stdout
+    assert "REGRESSION llama-greedy-generate: new break site transformers/generation/utils.py:30" in worse.stdout
+    assert "REGRESSION llama-greedy-generate: graph breaks 1 -> 2" in worse.stdout
+
+    better = cli("report", "diff", str(current), str(baseline))
+    assert better.returncode == 0
+    assert "IMPROVED llama-greedy-generate: break site gone transformers/generation/utils.py:30" in better.stdout
+    assert "IMPROVED gemma-greedy-generate: mismatch -> pass" in better.stdout
+
+
+def test_merge_of_shards_writes_json_and_markdown(tmp_path: Path) -> None:
+    shard_a = save(tmp_path / "a", [a_result("llama", "break", [a_break(10)])])
+    shard_b = save(tmp_path / "b", [a_result("gemma", "break", [a_break(10)]),
+                                    a_result("gemma", "pass", level="forward")])
+    merged_dir = tmp_path / "merged"
+    completed = cli("report", "merge", str(shard_a), str(shard_b), "-o", str(merged_dir))
+    assert completed.returncode == 0, completed.stderr
+    merged = report.load(merged_dir / report.JSON_NAME)
+    assert sorted(r.check_id for r in merged.checks) == ["gemma-greedy-forward", "gemma-greedy-generate",
+                                                         "llama-greedy-generate"]
+    text = (merged_dir / report.MARKDOWN_NAME).read_text()
+    assert "| `transformers/generation/utils.py:10` (generate) | GB0170 | Data-dependent branching | generation" in text
+    assert "gemma, llama | 2 |" in text
+
+
+def test_merge_rejects_conflicting_shards(tmp_path: Path) -> None:
+    shard_a = save(tmp_path / "a", [a_result("llama", "pass")])
+    shard_b = save(tmp_path / "b", [a_result("llama", "mismatch")])
+    completed = cli("report", "merge", str(shard_a), str(shard_b), "-o", str(tmp_path / "m"))
+    assert completed.returncode == 2
+    assert "check llama-greedy-generate is 'mismatch' there but 'pass'" in completed.stderr
+
+
+@pytest.mark.parametrize(("content", "expected"), [
+    ("{not json", "not valid JSON"),
+    ('{"schema": "something-else"}', "not a pytest_fullgraph report"),
+    ('{"schema": "pytest_fullgraph/report", "version": 99, "checks": []}', "schema version 99 is not supported"),
+    ('{"schema": "pytest_fullgraph/report", "version": 1, "environment": {}, "checks": [{"model": 1}]}',
+     "malformed report"),
+])
+def test_bad_input_files_give_clear_errors(tmp_path: Path, content: str, expected: str) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    good = save(tmp_path / "good", [a_result("llama", "pass")])
+    for args in (["diff", str(good), str(bad)], ["merge", str(bad), "-o", str(tmp_path / "out")]):
+        completed = cli("report", *args)
+        assert completed.returncode == 2
+        assert expected in completed.stderr and str(bad) in completed.stderr
+        assert "Traceback" not in completed.stderr
+
+
+def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    completed = cli("report", "diff", str(tmp_path / "nope.json"), str(tmp_path / "nope.json"))
+    assert completed.returncode == 2 and "cannot read" in completed.stderr
+
+
+def test_interrupted_write_keeps_the_previous_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "fullgraph-report.json"
+    report.write_atomic(target, json.dumps({"complete": True}))
+
+    def crash(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report.os, "replace", crash)
+    with pytest.raises(KeyboardInterrupt):
+        report.write_atomic(target, "{ truncated")
+    assert json.loads(target.read_text()) == {"complete": True}
+    assert [p.name for p in tmp_path.iterdir()] == ["fullgraph-report.json"]

@@ -1,0 +1,46 @@
+"""The report is the same with no xdist, -n 1 and -n 2 (timings aside); only the controller writes it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import read_report
+
+
+def without_timings(report: dict[str, Any]) -> dict[str, Any]:
+    for check in report["checks"]:
+        check.pop("timings")
+    return report
+
+
+def test_report_is_identical_without_xdist_and_with_one_or_two_workers(toy_project: pytest.Pytester,
+                                                                       tmp_path: Path) -> None:
+    reports = []
+    for workers in ([], ["-n", "1"], ["-n", "2"]):
+        out = tmp_path / (workers[-1] if workers else "serial")
+        result = toy_project.runpytest_subprocess("--fullgraph-models=toy,toy_break", "--fullgraph-backend=eager",
+                                                  "-k", "forward and (greedy or eos)", "-p", "no:cacheprovider",
+                                                  f"--fullgraph-report={out}", *workers)
+        result.assert_outcomes(passed=2, xfailed=2)
+        assert sorted(p.name for p in out.iterdir()) == ["fullgraph-report.json", "fullgraph-report.md"]
+        reports.append(without_timings(read_report(out)))
+    assert len(reports[0]["checks"]) == 4
+    assert reports[0] == reports[1] == reports[2]
+
+
+def test_crashed_worker_is_named_in_the_report(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    pytester.makepyfile(
+        "import os\n"
+        "def test_ok(fullgraph_check):\n"
+        "    fullgraph_check('llama', 'greedy', 'forward')\n"
+        "def test_crash():\n"
+        "    os._exit(3)\n"
+    )
+    result = pytester.runpytest_subprocess("-n", "1", "-p", "no:cacheprovider", "--fullgraph-backend=eager",
+                                           f"--fullgraph-report={tmp_path}", "--max-worker-restart=0")
+    crashed = read_report(tmp_path)["crashed_workers"]
+    assert [worker["node"] for worker in crashed] == ["gw0"], result.stdout.str()
+    result.stdout.fnmatch_lines(["*crashed worker gw0*"])
