@@ -8,7 +8,11 @@ import torch
 from pytest_fullgraph import tiny_configs
 from pytest_fullgraph.registry import build_tiny
 
-REQUIRED = ["llama", "gemma", "gemma2", "gemma3_text", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi", "phi3", "gpt2", "gpt_neox", "falcon", "opt", "olmo2", "starcoder2", "granite", "cohere", "stablelm", "gpt_oss", "mpt", "gpt_neo", "mamba"]
+REQUIRED = (
+    "llama", "gemma", "gemma2", "gemma3_text", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3",
+    "qwen3_moe", "phi", "phi3", "gpt2", "gpt_neox", "falcon", "opt", "olmo2", "starcoder2", "granite",
+    "cohere", "stablelm", "gpt_oss", "mpt", "gpt_neo", "mamba",
+)
 
 
 @pytest.mark.parametrize("model_type", REQUIRED)
