@@ -128,6 +128,10 @@ class Level:
     reference_config: Callable[[GenerationConfig], GenerationConfig]
     #: runs generation compiled; ``fullgraph=False`` is the diagnostic pass that collects every break
     run_compiled: Callable[[PreTrainedModel, dict[str, Any], GenerationConfig, Any, bool], torch.Tensor]
+    #: our own loop run eagerly, which must equal the eager reference before compiled output is judged
+    eager_variant: Callable[[PreTrainedModel, dict[str, Any], GenerationConfig], torch.Tensor] | None = None
+    #: True: the compiled run must be exactly one graph; None: graphs are not counted (export)
+    single_graph: bool | None = False
 
 
 def _static_cache(config: GenerationConfig) -> GenerationConfig:
@@ -157,12 +161,43 @@ def _run_generate_level(model: PreTrainedModel, inputs: dict[str, Any], config: 
     return compiled_generate(**inputs, generation_config=config)
 
 
+def _run_decode_eagerly(model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig) -> torch.Tensor:
+    from pytest_fullgraph.decode import fullgraph_generate
+
+    return fullgraph_generate(model, inputs["input_ids"], inputs["attention_mask"], config)
+
+
+def _run_decode_level(model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig,
+                      backend: Any, fullgraph: bool) -> torch.Tensor:
+    import torch
+
+    from pytest_fullgraph.decode import fullgraph_generate
+
+    def compiler(loop: Callable[..., Any]) -> Callable[..., Any]:
+        return torch.compile(loop, fullgraph=fullgraph, backend=backend)
+
+    return fullgraph_generate(model, inputs["input_ids"], inputs["attention_mask"], config, compiler=compiler)
+
+
+def _run_export_level(model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig,
+                      backend: Any, fullgraph: bool) -> torch.Tensor:
+    from pytest_fullgraph.decode import export_generate
+
+    del backend  # torch.export makes an ExportedProgram; no torch.compile backend is involved
+    program = export_generate(model, inputs["input_ids"], inputs["attention_mask"], config, strict=fullgraph)
+    return program(inputs["input_ids"], inputs["attention_mask"])
+
+
 LEVELS: dict[str, Level] = {
     level.name: level
     for level in (
         Level("forward", "transformers' supported path: static cache, forward compiled with fullgraph=True, "
               "driven by model.generate", _static_cache, _run_forward_level),
-        Level("generate", "torch.compile(generate_fn(model), fullgraph=True)", copy.deepcopy, _run_generate_level),
+        Level("generate", "torch.compile(model.generate, fullgraph=True)", copy.deepcopy, _run_generate_level),
+        Level("decode", "pytest_fullgraph.fullgraph_generate compiled with fullgraph=True: one graph",
+              copy.deepcopy, _run_decode_level, _run_decode_eagerly, single_graph=True),
+        Level("export", "torch.export.export of fullgraph_generate's loop, run as an ExportedProgram",
+              copy.deepcopy, _run_export_level, _run_decode_eagerly, single_graph=None),
     )
 }
 
@@ -339,6 +374,15 @@ def run_check(
                     result.mismatch = first_difference(eager, again, prompt_width)
                     result.message = f"eager generation differs from itself: {result.mismatch.describe()}"
                     return result
+                if level.eager_variant is not None:
+                    stage = "eager generation by our loop"
+                    ours = _seeded(scenario.seed, lambda: level.eager_variant(model, inputs, config))  # type: ignore[misc]
+                    if not torch.equal(eager, ours):
+                        result.outcome = "mismatch"
+                        result.mismatch = first_difference(eager, ours, prompt_width)
+                        result.message = (f"fullgraph_generate run eagerly differs from model.generate at "
+                                          f"{result.mismatch.describe()}")
+                        return result
                 stage = "compiled generation"
                 _compile_and_compare(result, model, inputs, config, level, scenario.seed, prompt_width, eager)
         except Exception as error:  # isolate: one model's crash is that check's outcome, nothing more
@@ -387,7 +431,14 @@ def _compile_and_compare(result: CheckResult, model: PreTrainedModel, inputs: di
     result.graph_count, result.graph_ops = trace.graph_count, trace.graph_ops
     result.recompile_reasons = trace.recompile_reasons
     result.recompiles = len(trace.recompile_reasons)
-    if trace.graph_count == 0:
+    if level.single_graph is None:
+        result.graph_count = None
+    elif level.single_graph and trace.graph_count != 1:
+        result.outcome = "break"
+        result.message = (f"expected one graph, got {trace.graph_count} "
+                          f"(recompiles: {'; '.join(trace.recompile_reasons) or 'none'})")
+        return
+    elif trace.graph_count == 0:
         result.outcome = "error"
         result.message = (f"nothing was compiled: transformers ran level {level.name!r} eagerly "
                           f"(model type {getattr(model.config, 'model_type', '?')!r} or its cache is not "

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_fullgraph.check import CheckResult
+from pytest_fullgraph.check import LEVELS, SCENARIOS, CheckResult
 
 SCHEMA = "pytest_fullgraph/report"
 SCHEMA_VERSION = 1
@@ -206,9 +206,15 @@ def cell(result: CheckResult | None) -> str:
     return _CELL.get(result.outcome, result.outcome)
 
 
+def _canonical(values: set[str], order: Iterable[str]) -> list[str]:
+    """Known names in their defined order (e.g. forward before generate), unknown ones after, sorted."""
+    known = [name for name in order if name in values]
+    return known + sorted(values - set(known))
+
+
 def _columns(checks: list[CheckResult]) -> list[tuple[str, str]]:
-    levels = list(dict.fromkeys(result.level for result in checks))
-    scenarios = list(dict.fromkeys(result.scenario for result in checks))
+    levels = _canonical({result.level for result in checks}, LEVELS)
+    scenarios = _canonical({result.scenario for result in checks}, SCENARIOS)
     return [(level, scenario) for level in levels for scenario in scenarios]
 
 

@@ -1,0 +1,204 @@
+"""A generation loop that compiles with ``fullgraph=True`` into one graph and matches ``model.generate``.
+
+Everything data-dependent that ``generate`` does on the host (special-token checks, choosing logits
+processors, stopping when every row has finished) happens either before the graph, on Python values,
+or after it, on its outputs. Inside the graph: prefill, every decode step, logits processing, sampling,
+and EOS handling, with no host synchronisation.
+
+The loop runs all ``max_new_tokens`` steps branch-free: rows that have finished emit ``pad_token_id``
+(as ``generate`` pads them), and the output is trimmed afterwards to the length ``generate`` returns,
+i.e. up to the step at which the last row finished.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+import torch
+
+if TYPE_CHECKING:
+    from transformers import GenerationConfig, PreTrainedModel
+    from transformers.generation.logits_process import LogitsProcessorList
+
+#: generation_config values this loop cannot honour, with the value meaning "off".
+UNSUPPORTED_SETTINGS: dict[str, Any] = {
+    "num_beams": 1, "num_beam_groups": 1, "penalty_alpha": None, "num_return_sequences": 1,
+    "prompt_lookup_num_tokens": None, "assistant_early_exit": None, "dola_layers": None,
+    "guidance_scale": None, "watermarking_config": None, "output_scores": False, "output_logits": False,
+    "output_attentions": False, "output_hidden_states": False, "return_dict_in_generate": False,
+    "stop_strings": None, "max_time": None,
+}  # fmt: skip
+
+
+class DecodeProgram(torch.nn.Module):
+    """The loop as a module, the form ``torch.export`` takes; it makes its own cache per call."""
+
+    def __init__(self, model: PreTrainedModel, plan: DecodePlan, cache_len: int) -> None:
+        super().__init__()
+        self.model = model
+        self.plan = plan
+        self.cache_len = cache_len
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        cache = new_static_cache(self.model, int(input_ids.shape[0]), self.cache_len)
+        return decode_loop(self.model, self.plan, input_ids, attention_mask, cache)
+
+
+class UnsupportedGeneration(ValueError):
+    """A generation setting or model this loop does not implement; the message names it."""
+
+
+@dataclass
+class DecodePlan:
+    """What ``generate`` decides on the host, decided once before the graph."""
+
+    config: GenerationConfig
+    processors: LogitsProcessorList
+    max_new_tokens: int
+    do_sample: bool
+    eos: torch.Tensor | None
+    pad: torch.Tensor | None
+    accepts_position_ids: bool
+    logits_to_keep: bool
+
+
+def check_supported(config: GenerationConfig) -> None:
+    for name, off in UNSUPPORTED_SETTINGS.items():
+        value = getattr(config, name, off)
+        if value not in (off, None) and value != off:
+            raise UnsupportedGeneration(f"fullgraph_generate does not support {name}={value!r} "
+                                        f"(supported: greedy and sampling, {name}={off!r})")
+    mode = str(config.get_generation_mode().value)
+    if mode not in ("greedy_search", "sample"):
+        raise UnsupportedGeneration(f"fullgraph_generate does not support generation mode {mode!r}; "
+                                    "supported: 'greedy_search', 'sample'")
+
+
+def prepare(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+            generation_config: GenerationConfig | None) -> DecodePlan:
+    """Resolve the generation config, special tokens and logits processors exactly as ``generate`` does."""
+    generate_api = cast(Any, model)
+    config, _ = generate_api._prepare_generation_config(copy.deepcopy(generation_config))
+    check_supported(config)
+    generate_api._prepare_special_tokens(config, attention_mask is not None, device=input_ids.device)
+    prompt_length = int(input_ids.shape[1])
+    if config.max_new_tokens is not None:
+        max_new_tokens = int(config.max_new_tokens)
+    else:
+        max_new_tokens = int(config.max_length) - prompt_length
+    if max_new_tokens < 1:
+        raise UnsupportedGeneration(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+    config.max_length = prompt_length + max_new_tokens
+    processors = generate_api._get_logits_processor(
+        generation_config=config, input_ids_seq_length=prompt_length, encoder_input_ids=input_ids,
+        device=input_ids.device, model_kwargs={"attention_mask": attention_mask})
+    eos = config._eos_token_tensor
+    forward_parameters = set(inspect.signature(model.forward).parameters)
+    if "cache" not in forward_parameters:
+        raise UnsupportedGeneration(f"{type(model).__name__}.forward takes no `cache` argument")
+    return DecodePlan(config, processors, max_new_tokens, bool(config.do_sample),
+                      eos if eos is not None and eos.numel() > 0 else None, config._pad_token_tensor,
+                      "position_ids" in forward_parameters, "logits_to_keep" in forward_parameters)
+
+
+def new_static_cache(model: PreTrainedModel, batch_size: int, max_cache_len: int) -> Any:
+    """A static KV cache sized for prompt plus new tokens, as ``cache_implementation="static"`` makes."""
+    from transformers import StaticCache
+
+    del batch_size  # allocated lazily by the first update
+    return StaticCache(config=model.config, max_cache_len=max_cache_len)
+
+
+def decode_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tensor,
+                attention_mask: torch.Tensor, cache: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prefill and every decode step; returns (all tokens, steps ``generate`` would have run).
+
+    This is the function that compiles into one graph: Python control flow here depends only on the
+    plan's Python values, never on tensor contents.
+    """
+    position_ids = attention_mask.long().cumsum(-1) - 1
+    position_ids = position_ids.masked_fill(attention_mask == 0, 0)
+    unfinished = torch.ones(input_ids.shape[0], dtype=torch.long, device=input_ids.device)
+    steps = torch.zeros((), dtype=torch.long, device=input_ids.device)
+    sequences = input_ids
+    step_input, step_positions = input_ids, position_ids
+    for _ in range(plan.max_new_tokens):
+        kwargs: dict[str, Any] = {"attention_mask": attention_mask, "cache": cache, "use_cache": True}
+        if plan.accepts_position_ids:
+            kwargs["position_ids"] = step_positions
+        if plan.logits_to_keep:
+            kwargs["logits_to_keep"] = 1
+        logits = model(input_ids=step_input, **kwargs).logits[:, -1].to(dtype=torch.float32, copy=True)
+        scores = plan.processors(cast(torch.LongTensor, sequences), logits)
+        if plan.do_sample:
+            next_tokens = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+        else:
+            next_tokens = torch.argmax(scores, dim=-1)
+        steps = steps + (unfinished.max() > 0).long()  # generate runs a step while any row is unfinished
+        if plan.eos is not None:
+            assert plan.pad is not None
+            next_tokens = next_tokens * unfinished + plan.pad * (1 - unfinished)
+            unfinished = unfinished & ~torch.isin(next_tokens, plan.eos).long()
+        sequences = torch.cat([sequences, next_tokens[:, None]], dim=-1)
+        attention_mask = torch.cat([attention_mask, attention_mask.new_ones((attention_mask.shape[0], 1))], dim=-1)
+        step_input = next_tokens[:, None]
+        step_positions = step_positions[:, -1:] + 1
+    return sequences, steps
+
+
+def fullgraph_generate(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    generation_config: GenerationConfig | None = None,
+    *,
+    compiler: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None,
+) -> torch.Tensor:
+    """Generate like ``model.generate(input_ids, attention_mask=..., generation_config=...)``.
+
+    ``compiler`` wraps the loop, e.g. ``lambda f: torch.compile(f, fullgraph=True, backend="inductor")``;
+    without it the loop runs eagerly. Greedy and sampling (temperature, top-k, top-p, min-p, repetition
+    penalty, min_new_tokens), one or several EOS ids, and left-padded batches are supported; anything
+    else raises ``UnsupportedGeneration`` naming the setting.
+    """
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    plan = prepare(model, input_ids, attention_mask, generation_config)
+    cache = new_static_cache(model, int(input_ids.shape[0]), int(input_ids.shape[1]) + plan.max_new_tokens)
+    loop = compiler(decode_loop) if compiler is not None else decode_loop
+    with torch.no_grad():
+        sequences, steps = loop(model, plan, input_ids, attention_mask, cache)
+    # The one host synchronisation, after the graph: generate's output stops where the last row finished.
+    return sequences[:, : int(input_ids.shape[1]) + int(steps)]
+
+
+def export_generate(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    generation_config: GenerationConfig | None = None,
+    *,
+    strict: bool = False,
+) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """``torch.export.export`` the whole generation loop for inputs of this shape.
+
+    Returns a callable ``(input_ids, attention_mask) -> tokens`` that runs the ``ExportedProgram`` and trims
+    like ``generate``. The generation settings are baked into the program; the cache lives inside it.
+    """
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    plan = prepare(model, input_ids, attention_mask, generation_config)
+    program = torch.export.export(DecodeProgram(model, plan, int(input_ids.shape[1]) + plan.max_new_tokens),
+                                  (input_ids, attention_mask), strict=strict)
+    module = program.module()
+
+    def run(run_input_ids: torch.Tensor, run_attention_mask: torch.Tensor) -> torch.Tensor:
+        sequences, steps = module(run_input_ids, run_attention_mask)
+        return cast("torch.Tensor", sequences[:, : int(run_input_ids.shape[1]) + int(steps)])
+
+    run.exported_program = program  # type: ignore[attr-defined]
+    return run
