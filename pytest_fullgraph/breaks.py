@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import linecache
 import logging
 import re
 import site
@@ -139,8 +140,24 @@ def _is_torch_internal(path: str) -> bool:
 HARNESS_PREFIXES = ("_pytest/", "pluggy/", "xdist/", "execnet/", "pytest/", "pytest_fullgraph/", "<")
 
 
+def statement_at(filename: str, line: int, first: str, max_lines: int = 8) -> str:
+    """The whole statement starting at ``line``: a multi-line ``if (`` is classified by what it tests."""
+    text = first.strip()
+    depth = sum(text.count(c) for c in "([{") - sum(text.count(c) for c in ")]}")
+    offset = 1
+    while depth > 0 and offset < max_lines:
+        following = linecache.getline(filename, line + offset).strip()
+        if not following:
+            break
+        text += " " + following
+        depth += sum(following.count(c) for c in "([{") - sum(following.count(c) for c in ")]}")
+        offset += 1
+    return text
+
+
 def frames_from(summaries: list[traceback.FrameSummary] | traceback.StackSummary | None) -> list[Frame]:
-    frames = [Frame(display_path(s.filename), s.lineno or 0, s.name, (s.line or "").strip())
+    frames = [Frame(display_path(s.filename), s.lineno or 0, s.name,
+                    statement_at(s.filename, s.lineno or 0, s.line or ""))
               for s in (summaries or [])]
     harness = [index for index, frame in enumerate(frames) if frame.file.startswith(HARNESS_PREFIXES)]
     return frames[harness[-1] + 1:] if harness else frames

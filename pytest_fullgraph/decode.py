@@ -97,7 +97,7 @@ def prepare(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: tor
         generation_config=config, input_ids_seq_length=prompt_length, encoder_input_ids=input_ids,
         device=input_ids.device, model_kwargs={"attention_mask": attention_mask})
     eos = config._eos_token_tensor
-    forward_parameters = set(inspect.signature(model.forward).parameters)
+    forward_parameters = _forward_parameters(model)
     if "cache" not in forward_parameters:
         raise UnsupportedGeneration(f"{type(model).__name__}.forward takes no `cache` argument")
     return DecodePlan(config, processors, max_new_tokens, bool(config.do_sample),
@@ -105,12 +105,30 @@ def prepare(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: tor
                       "position_ids" in forward_parameters, "logits_to_keep" in forward_parameters)
 
 
+def _forward_parameters(model: PreTrainedModel) -> set[str]:
+    """Named parameters of the model's forward; a ``forward(*args, **kwargs)`` wrapper defers to its base."""
+    for klass in type(model).__mro__:
+        forward = vars(klass).get("forward")
+        if forward is None:
+            continue
+        parameters = inspect.signature(forward).parameters.values()
+        named = {p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)} - {"self"}
+        if named:
+            return named
+    return set()
+
+
 def new_static_cache(model: PreTrainedModel, batch_size: int, max_cache_len: int) -> Any:
     """A static KV cache sized for prompt plus new tokens, as ``cache_implementation="static"`` makes."""
     from transformers import StaticCache
 
     del batch_size  # allocated lazily by the first update
-    return StaticCache(config=model.config, max_cache_len=max_cache_len)
+    cache = StaticCache(config=model.config, max_cache_len=max_cache_len)
+    if any(getattr(cache, "is_linear", ())):
+        # generate steps recurrent state differently; measured: mamba's tokens diverge at the third step
+        raise UnsupportedGeneration(f"{type(model).__name__} keeps recurrent (linear-attention) cache layers; "
+                                    "fullgraph_generate supports attention KV caches only")
+    return cache
 
 
 def decode_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tensor,

@@ -110,8 +110,9 @@ def test_parametrization_ids_are_model_scenario_level(pytester: pytest.Pytester)
                         "    pass\n")
     result = pytester.runpytest("--collect-only", "-q", "--fullgraph-models=gemma,llama")
     ids = [line.split("[")[1].rstrip("]") for line in result.outlines if "::test_case[" in line]
-    assert ids[:3] == ["gemma-greedy-forward", "gemma-greedy-generate", "gemma-sample-forward"]
-    assert len(ids) == 2 * 4 * 2 and "llama-padded-generate" in ids
+    assert ids[:5] == ["gemma-greedy-forward", "gemma-greedy-generate", "gemma-greedy-decode",
+                       "gemma-greedy-export", "gemma-sample-forward"]
+    assert len(ids) == 2 * 4 * 4 and "llama-padded-export" in ids
 
 
 def test_selection_keywords_and_order() -> None:

@@ -1,0 +1,105 @@
+"""Property tests of fullgraph_generate: random batches, paddings, seeds, lengths, EOS and sampling settings.
+
+Our loop run eagerly must equal ``model.generate``, and compiled with ``fullgraph=True`` must equal eager.
+The default profile keeps to about 20 examples per model; the slow tier runs more.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from transformers import GenerationConfig, PreTrainedModel
+
+from pytest_fullgraph import tiny_configs
+from pytest_fullgraph.check import model_generation_defaults, vocab_size
+from pytest_fullgraph.decode import fullgraph_generate
+from pytest_fullgraph.options import Settings
+
+FAST_EXAMPLES = 20
+SLOW_EXAMPLES = 100
+PROPERTY_BACKEND = "aot_eager"
+
+
+def examples(run_slow: bool) -> int:
+    return SLOW_EXAMPLES if run_slow else FAST_EXAMPLES
+
+
+@st.composite
+def generation_cases(draw: st.DrawFn, vocab: int) -> dict[str, Any]:
+    batch = draw(st.integers(1, 3))
+    lengths = draw(st.lists(st.integers(1, 12), min_size=batch, max_size=batch))
+    seed = draw(st.integers(0, 2**16))
+    generator = torch.Generator().manual_seed(seed)
+    width = max(lengths)
+    input_ids = torch.full((batch, width), tiny_configs.PAD_TOKEN_ID, dtype=torch.long)
+    attention_mask = torch.zeros_like(input_ids)
+    for row, length in enumerate(lengths):
+        input_ids[row, width - length:] = torch.randint(tiny_configs.FIRST_PROMPT_ID, vocab, (length,),
+                                                        generator=generator)
+        attention_mask[row, width - length:] = 1
+    eos = draw(st.one_of(st.none(), st.integers(tiny_configs.FIRST_PROMPT_ID, vocab - 1),
+                         st.lists(st.integers(tiny_configs.FIRST_PROMPT_ID, vocab - 1), min_size=2, max_size=3)))
+    config: dict[str, Any] = {
+        "max_new_tokens": draw(st.integers(1, 6)),
+        "do_sample": draw(st.booleans()),
+        "eos_token_id": eos,
+        "pad_token_id": tiny_configs.PAD_TOKEN_ID,
+        "repetition_penalty": draw(st.sampled_from([None, 1.3])),
+        "min_new_tokens": draw(st.sampled_from([None, 2])),
+    }
+    if config["do_sample"]:
+        config.update(temperature=draw(st.sampled_from([0.6, 1.0, 1.5])),
+                      top_k=draw(st.sampled_from([None, 5, 40])),
+                      top_p=draw(st.sampled_from([None, 0.8])),
+                      min_p=draw(st.sampled_from([None, 0.05])))
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "seed": seed,
+            "config": GenerationConfig(**{k: v for k, v in config.items() if v is not None or k == "eos_token_id"})}
+
+
+def run_seeded(seed: int, function: Any) -> torch.Tensor:
+    torch.manual_seed(seed)
+    return function()
+
+
+def test_fullgraph_generate_matches_generate_and_compiles_exactly(fullgraph_model: PreTrainedModel,
+                                                                  fullgraph_settings: Settings) -> None:
+    model = fullgraph_model
+
+    @settings(max_examples=examples(fullgraph_settings.run_slow), deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(case=generation_cases(vocab_size(model)))
+    def check(case: dict[str, Any]) -> None:
+        ids, mask, config, seed = case["input_ids"], case["attention_mask"], case["config"], case["seed"]
+        with torch.no_grad(), model_generation_defaults(model, config.eos_token_id):
+            expected = run_seeded(seed, lambda: model.generate(input_ids=ids, attention_mask=mask,
+                                                               generation_config=config))
+            eager = run_seeded(seed, lambda: fullgraph_generate(model, ids, mask, config))
+            assert torch.equal(eager, expected), f"eager loop != generate for {config.to_diff_dict()}"
+            torch._dynamo.reset()
+            compiled = run_seeded(seed, lambda: fullgraph_generate(
+                model, ids, mask, config,
+                compiler=lambda loop: torch.compile(loop, fullgraph=True, backend=PROPERTY_BACKEND)))
+            assert torch.equal(compiled, eager), f"compiled != eager for {config.to_diff_dict()}"
+
+    check()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available: cudagraphs "
+                    "(mode='reduce-overhead') need a GPU")
+def test_decode_under_cudagraphs_matches_eager(fullgraph_model: PreTrainedModel) -> None:
+    """On a GPU, the loop compiled by inductor with cudagraphs gives eager's tokens."""
+    model = fullgraph_model.to("cuda")
+    ids = torch.randint(tiny_configs.FIRST_PROMPT_ID, vocab_size(model), (2, 8), device="cuda",
+                        generator=torch.Generator(device="cuda").manual_seed(0))
+    config = GenerationConfig(max_new_tokens=8, do_sample=False, pad_token_id=tiny_configs.PAD_TOKEN_ID)
+    with torch.no_grad(), model_generation_defaults(model, None):
+        eager = fullgraph_generate(model, ids, None, config)
+        torch._dynamo.reset()
+        compiled = fullgraph_generate(model, ids, None, config, compiler=lambda loop: torch.compile(
+            loop, fullgraph=True, backend="inductor", mode="reduce-overhead"))
+    assert torch.equal(compiled, eager)
+    fullgraph_model.to("cpu")
