@@ -342,8 +342,13 @@ def run_check(
     level_name: str,
     backend: str,
     max_new_tokens: int,
+    *,
+    diagnose: bool = True,
 ) -> CheckResult:
-    """Run one check; never raises for a model's or compiler's failure: that becomes the outcome."""
+    """Run one check; never raises for a model's or compiler's failure: that becomes the outcome.
+
+    ``diagnose``: when the fullgraph compile fails, run once more without fullgraph to record every break.
+    """
     import torch
 
     result = CheckResult(model_name, scenario_name, level_name, backend, max_new_tokens, outcome="error")
@@ -384,7 +389,8 @@ def run_check(
                                           f"{result.mismatch.describe()}")
                         return result
                 stage = "compiled generation"
-                _compile_and_compare(result, model, inputs, config, level, scenario.seed, prompt_width, eager)
+                _compile_and_compare(result, model, inputs, config, level, scenario.seed, prompt_width, eager,
+                                     diagnose)
         except Exception as error:  # isolate: one model's crash is that check's outcome, nothing more
             located = breaks.record_from_exception(error)
             result.outcome = "error"
@@ -410,7 +416,7 @@ def _forget_compiled(model: PreTrainedModel) -> None:
 
 def _compile_and_compare(result: CheckResult, model: PreTrainedModel, inputs: dict[str, Any],
                          config: GenerationConfig, level: Level, seed: int, prompt_width: int,
-                         eager: torch.Tensor) -> None:
+                         eager: torch.Tensor, diagnose: bool) -> None:
     import torch
 
     _forget_compiled(model)
@@ -425,7 +431,8 @@ def _compile_and_compare(result: CheckResult, model: PreTrainedModel, inputs: di
             result.first_break = record
             result.outcome = "break" if breaks.is_graph_break(error) else "error"
             result.message = record.summary()
-            _diagnose(result, model, inputs, config, level, seed)
+            if diagnose:
+                _diagnose(result, model, inputs, config, level, seed)
             return
         result.timings["compile_s"] = time.perf_counter() - started
     result.graph_count, result.graph_ops = trace.graph_count, trace.graph_ops

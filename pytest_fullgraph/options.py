@@ -15,6 +15,7 @@ DEFAULT_MODELS = "llama,gemma"
 FAST_BACKEND, SLOW_BACKEND = "aot_eager", "inductor"
 FAST_MAX_NEW_TOKENS, SLOW_MAX_NEW_TOKENS = 4, 16
 RUN_SLOW_ENV = "RUN_SLOW"
+BREAK_MODES = ("all", "first")
 
 _TRUE = ("y", "yes", "t", "true", "on", "1")
 _FALSE = ("n", "no", "f", "false", "off", "0")
@@ -30,11 +31,13 @@ class Settings:
     run_slow: bool
     strict: bool
     report_dir: Path | None = None
+    #: "all": a failing check runs a diagnostic pass that records every break; "first": only the first
+    breaks: str = "all"
 
     def describe(self) -> dict[str, object]:
         """The settings a report records (JSON builtins)."""
         return {"models": list(self.models), "backend": self.backend, "max_new_tokens": self.max_new_tokens,
-                "run_slow": self.run_slow, "strict": self.strict}
+                "run_slow": self.run_slow, "strict": self.strict, "breaks": self.breaks}
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -56,9 +59,13 @@ def add_options(parser: pytest.Parser) -> None:
                          f"(else env {RUN_SLOW_ENV}, else ini: fullgraph_run_slow)")
     group.addoption("--fullgraph-report", dest="fullgraph_report", metavar="DIR", default=None,
                     help="Write fullgraph-report.json and fullgraph-report.md into DIR (ini: fullgraph_report)")
+    group.addoption("--fullgraph-breaks", dest="fullgraph_breaks", metavar="MODE", default=None,
+                    help="'all': a check that breaks runs once more without fullgraph to record every break "
+                         "(default); 'first': record only the first break, faster (ini: fullgraph_breaks)")
     parser.addini("fullgraph_models", "Default for --fullgraph-models", default=None)
     parser.addini("fullgraph_backend", "Default for --fullgraph-backend", default=None)
     parser.addini("fullgraph_max_new_tokens", "Default for --fullgraph-max-new-tokens", default=None)
+    parser.addini("fullgraph_breaks", "Default for --fullgraph-breaks", default=None)
     parser.addini("fullgraph_report", "Default for --fullgraph-report", default=None)
     parser.addini("fullgraph_strict", "Default for --fullgraph-strict", type="bool", default=False)
     parser.addini("fullgraph_run_slow", "Default for --run-slow, below the RUN_SLOW variable",
@@ -135,5 +142,10 @@ def resolve_settings(config: pytest.Config, registry: Registry) -> Settings:
     strict = bool(config.getoption("fullgraph_strict")) or bool(config.getini("fullgraph_strict"))
     report_value, _ = _pick(config, "fullgraph_report", "fullgraph_report")
     report_dir = Path(report_value) if report_value else None
+    breaks_value, breaks_source = _pick(config, "fullgraph_breaks", "fullgraph_breaks")
+    breaks = "all" if breaks_value is None else breaks_value.strip()
+    if breaks not in BREAK_MODES:
+        raise pytest.UsageError(f"{breaks_source}={breaks_value!r} is not a break mode; use one of "
+                                f"{', '.join(BREAK_MODES)}")
     return Settings(models=models, backend=backend, max_new_tokens=max_new_tokens, run_slow=run_slow,
-                    strict=strict, report_dir=report_dir)
+                    strict=strict, report_dir=report_dir, breaks=breaks)

@@ -50,7 +50,7 @@ class FullgraphSession:
             if value not in allowed:
                 raise pytest.UsageError(f"unknown {what} {value!r}; valid: {', '.join(allowed)}")
         return check.run_check(self.model(model_name), model_name, scenario, level, self.settings.backend,
-                               self.settings.max_new_tokens)
+                               self.settings.max_new_tokens, diagnose=self.settings.breaks == "all")
 
     def apply_verdict(self, result: check.CheckResult) -> None:
         """pass → pass; break → xfail (fail when strict); mismatch, error, nondeterministic → fail."""

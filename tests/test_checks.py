@@ -32,6 +32,20 @@ def test_planted_break_is_xfail_at_its_file_and_line(toy_project: pytest.Pyteste
     assert first["gb_id"] == "GB0170" and first["exception"] == "torch._dynamo.exc.Unsupported"
 
 
+@pytest.mark.parametrize(("mode", "recorded"), [("all", 1), ("first", 0)])
+def test_break_mode_decides_whether_every_break_is_recorded(toy_project: pytest.Pytester, tmp_path: Path,
+                                                           mode: str, recorded: int) -> None:
+    result = toy_project.runpytest("--fullgraph-models=toy_break", "--fullgraph-backend=eager", *FORWARD_GREEDY,
+                                   f"--fullgraph-breaks={mode}", f"--fullgraph-report={tmp_path}")
+    result.assert_outcomes(xfailed=1)
+    check = checks_by_id(read_report(tmp_path))["toy_break-greedy-forward"]
+    assert check["first_break"]["line"] == PLANTED_BREAK_LINE
+    assert len(check["breaks"]) == recorded
+    assert ("diagnose_s" in check["timings"]) is (mode == "all")
+    if recorded:
+        assert check["breaks"][0]["line"] == PLANTED_BREAK_LINE and check["breaks"][0]["hits"] >= 1
+
+
 def test_planted_break_fails_when_strict(toy_project: pytest.Pytester) -> None:
     result = toy_project.runpytest("--fullgraph-models=toy_break", "--fullgraph-backend=eager",
                                    "--fullgraph-strict", *FORWARD_GREEDY)
@@ -72,3 +86,15 @@ def test_all_scenarios_pass_on_toy_at_forward_level(toy_project: pytest.Pytester
     eos = checks["toy-eos-forward"]["eos_token_id"]
     assert isinstance(eos, int) and eos > 2
     assert {c["backend"] for c in checks.values()} == {"aot_eager"}
+
+
+def test_junit_properties_carry_outcome_and_first_break(toy_project: pytest.Pytester, tmp_path: Path) -> None:
+    import xml.etree.ElementTree as ElementTree
+
+    junit = tmp_path / "junit.xml"
+    toy_project.runpytest("--fullgraph-models=toy_break", "--fullgraph-backend=eager", *FORWARD_GREEDY,
+                          f"--junitxml={junit}").assert_outcomes(xfailed=1)
+    properties = {p.get("name"): p.get("value") for p in ElementTree.parse(junit).iter("property")}
+    assert properties["fullgraph_outcome"] == "break"
+    assert properties["graph_breaks"] == "1"
+    assert f"conftest.py:{PLANTED_BREAK_LINE} in forward" in properties["first_break"]

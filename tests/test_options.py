@@ -22,6 +22,7 @@ def header(result: pytest.RunResult) -> str:
         (["--fullgraph-max-new-tokens=0"], ["'0' is not a positive integer"]),
         (["--fullgraph-max-new-tokens=-3"], ["'-3' is not a positive integer"]),
         (["--fullgraph-max-new-tokens=four"], ["'four' is not a positive integer"]),
+        (["--fullgraph-breaks=some"], ["'some' is not a break mode; use one of all, first"]),
     ],
 )
 def test_bad_option_values_are_usage_errors(pytester: pytest.Pytester, args: list[str],
