@@ -54,8 +54,24 @@ SUITE_TEST = textwrap.dedent('''\
 ''')
 
 
+@pytest.fixture(scope="session")
+def modules_loaded_outside_pytester() -> None:
+    """Import, in this process, every module an in-process pytester run of a check would import first.
+
+    pytester restores ``sys.modules`` after each in-process run: torch or transformers modules first
+    imported inside one run would be dropped and imported again by the next, which breaks torch's C
+    extension and transformers' lazy modules. Running one tiny check of each compiled kind here keeps them.
+    """
+    from transformers import LlamaForCausalLM  # noqa: F401  (the toy conftest subclasses it)
+
+    from pytest_fullgraph import build_tiny, run_check
+
+    for level in ("forward", "decode"):
+        run_check(build_tiny("llama"), "llama", "greedy", level, "eager", 1)
+
+
 @pytest.fixture
-def toy_project(pytester: pytest.Pytester) -> pytest.Pytester:
+def toy_project(pytester: pytest.Pytester, modules_loaded_outside_pytester: None) -> pytest.Pytester:
     """A project with the toy models registered and the conformance test in it."""
     pytester.makeconftest(TOY_CONFTEST)
     pytester.makepyfile(test_suite=SUITE_TEST)
