@@ -62,7 +62,8 @@ def _config(tokens: int, **extra: Any) -> Any:
                             eos_token_id=None, **extra)
 
 
-def measure_one(variant: str, model_name: str, backend: str, batch: int, tokens: int, repeats: int) -> dict[str, Any]:
+def measure_one(variant: str, model_name: str, backend: str, batch: int, tokens: int,
+                repeats: int) -> dict[str, Any]:
     """First call (includes compile) and steady-state seconds per token of one variant, in this process."""
     import torch
     from transformers import CompileConfig
@@ -72,12 +73,19 @@ def measure_one(variant: str, model_name: str, backend: str, batch: int, tokens:
     model = _build(model_name)
     input_ids, attention_mask = _inputs(model, batch)
 
-    if variant == "ours_compiled":
-        def compiler(loop: Any) -> Any:
-            return torch.compile(loop, **_compile_kwargs(backend))
+    if variant.startswith("ours_compiled"):
+        loop = "while" if variant.endswith("_while") else "unrolled"
+        if backend == "inductor":
+            import torch._inductor.config as inductor_config
+
+            inductor_config.fallback_random = True
+
+        def compiler(loop_function: Any) -> Any:
+            return torch.compile(loop_function, **_compile_kwargs(backend))
 
         def run() -> Any:
-            return fullgraph_generate(model, input_ids, attention_mask, _config(tokens), compiler=compiler)
+            return fullgraph_generate(model, input_ids, attention_mask, _config(tokens), compiler=compiler,
+                                      loop=loop)
     else:
         extra: dict[str, Any] = {}
         if variant in ("static", "static_compiled_forward"):
@@ -135,6 +143,7 @@ def main() -> None:
     scaling.add_argument("--model", default="llama")
     scaling.add_argument("--backends", nargs="+", default=["eager", "aot_eager", "inductor"])
     scaling.add_argument("--tokens", nargs="+", type=int, default=[4, 16, 64])
+    scaling.add_argument("--loop", choices=["unrolled", "while"], default="unrolled")
     table = commands.add_parser("table", help="PR #30788's table: generate variants vs our compiled loop")
     table.add_argument("--model", default="llama")
     table.add_argument("--backend", default="aot_eager")
@@ -153,19 +162,21 @@ def main() -> None:
         return
     print(f"machine: {_machine()}")
     if args.command == "scaling":
-        print("| backend | new tokens | compile + first call (s) | steady ms/token | peak RSS (MiB) |")
-        print("|---|---|---|---|---|")
+        variant = "ours_compiled_while" if args.loop == "while" else "ours_compiled"
+        print("| loop | backend | new tokens | compile + first call (s) | steady ms/token | peak RSS (MiB) |")
+        print("|---|---|---|---|---|---|")
         for backend in args.backends:
             for tokens in args.tokens:
-                row = _in_subprocess("ours_compiled", args.model, backend, "2", str(tokens), "3")
-                print(f"| {backend} | {tokens} | {row.get('first_call_s', row.get('error'))} | "
+                row = _in_subprocess(variant, args.model, backend, "2", str(tokens), "3")
+                print(f"| {args.loop} | {backend} | {tokens} | {row.get('first_call_s', row.get('error'))} | "
                       f"{row.get('ms_per_token', '-')} | {row.get('peak_rss_mib', '-')} |", flush=True)
     else:
         print(f"| variant | batch | new tokens | first call (s) | steady ms/token | backend {args.backend} |")
         print("|---|---|---|---|---|---|")
         for batch in args.batch:
             for tokens in args.tokens:
-                for variant in ("dynamic", "static", "static_compiled_forward", "ours_compiled"):
+                for variant in ("dynamic", "static", "static_compiled_forward", "ours_compiled",
+                                "ours_compiled_while"):
                     row = _in_subprocess(variant, args.model, args.backend, str(batch), str(tokens), "5")
                     print(f"| {variant} | {batch} | {tokens} | {row.get('first_call_s', row.get('error'))} | "
                           f"{row.get('ms_per_token', '-')} | |", flush=True)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
+from transformers.cache_utils import CacheLayerMixin
 
 if TYPE_CHECKING:
     from transformers import GenerationConfig, PreTrainedModel
@@ -168,6 +169,132 @@ def decode_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tenso
     return sequences, steps
 
 
+class _CarriedLayer(CacheLayerMixin):
+    """A static KV layer whose tensors are ``while_loop`` state: ``update`` is out of place.
+
+    A loop body may not mutate tensors it captured, so the cache is rebuilt in each step from the carried
+    keys/values and position, and the updated tensors are read back as the step's outputs.
+    """
+
+    is_compileable = True
+    is_sliding = False
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: torch.Tensor) -> None:
+        super().__init__()
+        self.keys, self.values, self.length = keys, values, length
+        self.max_cache_len = int(keys.shape[2])
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
+               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        positions = torch.arange(key_states.shape[-2], device=key_states.device) + self.length
+        keys = cast(torch.Tensor, self.keys).index_copy(2, positions, key_states)
+        values = cast(torch.Tensor, self.values).index_copy(2, positions, value_states)
+        self.keys, self.values = keys, values
+        return keys, values
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        raise AssertionError("a carried layer is built initialised")
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.max_cache_len, 0
+
+    def get_seq_length(self) -> torch.Tensor:  # type: ignore[override]
+        return self.length
+
+    def get_max_length(self) -> int:
+        return self.max_cache_len
+
+
+#: Logits processors that depend only on the current scores, so they run unchanged inside ``while_loop``;
+#: others (repetition penalty, min_new_tokens) read the growing sequence, which the loop keeps full-size.
+LOOP_SAFE_PROCESSORS = frozenset({"TemperatureLogitsWarper", "TopKLogitsWarper", "TopPLogitsWarper",
+                                  "MinPLogitsWarper"})
+
+
+def check_loop_supported(model: PreTrainedModel, plan: DecodePlan, cache: Any) -> None:
+    for processor in plan.processors:
+        if type(processor).__name__ not in LOOP_SAFE_PROCESSORS:
+            raise UnsupportedGeneration(f"loop='while' does not support {type(processor).__name__} "
+                                        "(from repetition_penalty, min_new_tokens, ...); use loop='unrolled'")
+    kinds = {type(layer).__name__ for layer in cache.layers}
+    if kinds != {"StaticLayer"}:
+        raise UnsupportedGeneration(f"loop='while' supports full-attention static layers only; "
+                                    f"{type(model).__name__} uses {', '.join(sorted(kinds))}")
+
+
+def decode_while_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tensor,
+                      attention_mask: torch.Tensor, cache: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same generation with the decode steps as the body of ``while_loop``: its graph, and so its
+    compile time, does not grow with ``max_new_tokens``; the loop exits as soon as every row has finished.
+    """
+    from torch._higher_order_ops import while_loop
+    from transformers import Cache
+
+    batch, prompt_length = int(input_ids.shape[0]), int(input_ids.shape[1])
+    total = prompt_length + plan.max_new_tokens
+    position_ids = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)
+    kwargs: dict[str, Any] = {"use_cache": True}
+    if plan.logits_to_keep:
+        kwargs["logits_to_keep"] = 1
+
+    def choose(scores: torch.Tensor, unfinished: torch.Tensor) -> torch.Tensor:
+        if plan.do_sample:
+            tokens = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+        else:
+            tokens = torch.argmax(scores, dim=-1)
+        if plan.eos is not None:
+            assert plan.pad is not None
+            tokens = tokens * unfinished + plan.pad * (1 - unfinished)
+        return tokens
+
+    def still_running(tokens: torch.Tensor, unfinished: torch.Tensor) -> torch.Tensor:
+        if plan.eos is None:
+            return unfinished.clone()  # a while_loop body may not return its input itself
+        return unfinished & ~torch.isin(tokens, plan.eos).long()
+
+    full_mask = torch.cat([attention_mask, attention_mask.new_ones((batch, plan.max_new_tokens))], dim=-1)
+    sequences = torch.cat([input_ids, input_ids.new_full((batch, plan.max_new_tokens), 0)], dim=-1)
+    # prefill, with the static cache, outside the loop
+    extra = {"position_ids": position_ids} if plan.accepts_position_ids else {}
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, cache=cache, **extra, **kwargs).logits
+    scores = plan.processors(cast(torch.LongTensor, input_ids), logits[:, -1].to(dtype=torch.float32, copy=True))
+    unfinished = torch.ones(batch, dtype=torch.long, device=input_ids.device)
+    tokens = choose(scores, unfinished)
+    sequences = sequences.index_copy(1, torch.tensor([prompt_length], device=input_ids.device), tokens[:, None])
+    unfinished = still_running(tokens, unfinished)
+    keys = tuple(cast(torch.Tensor, layer.keys) for layer in cache.layers)
+    values = tuple(cast(torch.Tensor, layer.values) for layer in cache.layers)
+    length = torch.tensor(prompt_length, device=input_ids.device)
+    steps = torch.ones((), dtype=torch.long, device=input_ids.device)
+    positions = position_ids[:, -1:].contiguous()  # carried state must keep one layout across steps
+    layer_count = len(keys)
+
+    def condition(steps: torch.Tensor, *state: torch.Tensor) -> torch.Tensor:
+        return (steps < plan.max_new_tokens) & (state[2].max() > 0)
+
+    def body(steps: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, unfinished: torch.Tensor,
+             length: torch.Tensor, sequences: torch.Tensor,
+             *kv: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        layers = [_CarriedLayer(kv[i], kv[layer_count + i], length) for i in range(layer_count)]
+        step_cache = Cache(layers=cast(Any, layers))
+        positions = positions + 1
+        extra = {"position_ids": positions} if plan.accepts_position_ids else {}
+        logits = model(input_ids=tokens[:, None], attention_mask=full_mask, cache=step_cache, **extra,
+                       **kwargs).logits
+        scores = plan.processors(cast(torch.LongTensor, sequences), logits[:, -1].to(dtype=torch.float32,
+                                                                                    copy=True))
+        next_tokens = choose(scores, unfinished)
+        sequences = sequences.index_copy(1, (length + 1).reshape(1), next_tokens[:, None])
+        return (steps + 1, next_tokens, positions, still_running(next_tokens, unfinished), length + 1,
+                sequences, *(cast(torch.Tensor, layer.keys) for layer in layers),
+                *(cast(torch.Tensor, layer.values) for layer in layers))
+
+    state = while_loop(condition, body, (steps, tokens, positions, unfinished, length, sequences, *keys, *values))
+    steps, sequences = state[0], state[5]
+    return sequences[:, :total], steps
+
+
 def fullgraph_generate(
     model: PreTrainedModel,
     input_ids: torch.Tensor,
@@ -175,11 +302,12 @@ def fullgraph_generate(
     generation_config: GenerationConfig | None = None,
     *,
     compiler: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None,
+    loop: str = "unrolled",
 ) -> torch.Tensor:
     """Generate like ``model.generate(input_ids, attention_mask=..., generation_config=...)``.
 
     ``compiler`` wraps the loop, e.g. ``lambda f: torch.compile(f, fullgraph=True, backend="inductor")``;
-    without it the loop runs eagerly. Greedy and sampling (temperature, top-k, top-p, min-p, repetition
+    without it the loop runs eagerly. ``loop`` picks the form: "unrolled" or "while" (see ``LOOPS``). Greedy and sampling (temperature, top-k, top-p, min-p, repetition
     penalty, min_new_tokens), one or several EOS ids, and left-padded batches are supported; anything
     else raises ``UnsupportedGeneration`` naming the setting.
     """
@@ -187,9 +315,13 @@ def fullgraph_generate(
         attention_mask = torch.ones_like(input_ids)
     plan = prepare(model, input_ids, attention_mask, generation_config)
     cache = new_static_cache(model, int(input_ids.shape[0]), int(input_ids.shape[1]) + plan.max_new_tokens)
-    loop = compiler(decode_loop) if compiler is not None else decode_loop
+    if loop not in LOOPS:
+        raise UnsupportedGeneration(f"loop={loop!r} is not a loop form; use one of {', '.join(LOOPS)}")
+    if loop == "while":
+        check_loop_supported(model, plan, cache)
+    run = compiler(LOOPS[loop]) if compiler is not None else LOOPS[loop]
     with torch.no_grad():
-        sequences, steps = loop(model, plan, input_ids, attention_mask, cache)
+        sequences, steps = run(model, plan, input_ids, attention_mask, cache)
     # The one host synchronisation, after the graph: generate's output stops where the last row finished.
     return sequences[:, : int(input_ids.shape[1]) + int(steps)]
 
@@ -220,3 +352,11 @@ def export_generate(
 
     run.exported_program = program  # type: ignore[attr-defined]
     return run
+
+
+#: Loop forms: "unrolled" (one graph whose size grows with max_new_tokens) and "while" (decode steps as a
+#: ``while_loop`` body: constant graph size, early exit when every row has finished).
+LOOPS: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {
+    "unrolled": decode_loop,
+    "while": decode_while_loop,
+}

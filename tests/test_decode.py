@@ -48,3 +48,59 @@ def test_decode_level_is_one_graph_and_attributes_model_breaks(toy_project: pyte
     assert checks["toy-greedy-decode"]["graph_count"] == 1
     first = checks["toy_break-greedy-decode"]["first_break"]
     assert (first["file"], first["line"], first["origin"]) == ("conftest.py", PLANTED_BREAK_LINE, "user")
+
+
+def _compiled_while(model: torch.nn.Module, ids: torch.Tensor, config: GenerationConfig,
+                    seed: int) -> tuple[torch.Tensor, list[int]]:
+    from pytest_fullgraph.breaks import capture_compile_events, counting_backend
+
+    torch._dynamo.reset()
+    with capture_compile_events() as trace:
+        backend = counting_backend("aot_eager", trace)
+        torch.manual_seed(seed)
+        tokens = fullgraph_generate(model, ids, None, config, loop="while",  # type: ignore[arg-type]
+                                    compiler=lambda loop: torch.compile(loop, fullgraph=True, backend=backend))
+    assert trace.breaks == []
+    return tokens, trace.graph_ops
+
+
+@pytest.mark.parametrize("do_sample", [False, True])
+def test_while_loop_form_is_one_graph_of_constant_size_and_exact(do_sample: bool) -> None:
+    model = build_tiny("llama")
+    ids = torch.randint(3, 128, (2, 6), generator=torch.Generator().manual_seed(3))
+    sizes = []
+    for tokens in (3, 12):
+        config = GenerationConfig(max_new_tokens=tokens, do_sample=do_sample, top_k=20, temperature=0.8,
+                                  pad_token_id=0, eos_token_id=None)
+        model.generation_config.eos_token_id = None
+        torch.manual_seed(7)
+        expected = model.generate(input_ids=ids, generation_config=config)
+        compiled, graph_ops = _compiled_while(model, ids, config, seed=7)
+        assert torch.equal(compiled, expected)
+        assert len(graph_ops) == 1
+        sizes.append(graph_ops[0])
+    assert sizes[0] == sizes[1], "the while_loop graph must not grow with max_new_tokens"
+
+
+def test_while_loop_form_stops_early_on_eos_like_generate() -> None:
+    model = build_tiny("gemma")
+    ids = torch.randint(3, 128, (2, 6), generator=torch.Generator().manual_seed(4))
+    free = model.generate(input_ids=ids, max_new_tokens=8, do_sample=False, pad_token_id=0, eos_token_id=None)
+    config = GenerationConfig(max_new_tokens=8, do_sample=False, pad_token_id=0,
+                              eos_token_id=[int(free[0, 7]), int(free[1, 8])])
+    expected = model.generate(input_ids=ids, generation_config=config)
+    compiled, _ = _compiled_while(model, ids, config, seed=0)
+    assert torch.equal(compiled, expected)
+    assert expected.shape[1] < 14  # both rows stopped before max_new_tokens: the loop exited early
+
+
+def test_while_loop_form_names_what_it_cannot_do() -> None:
+    model = build_tiny("llama")
+    config = GenerationConfig(max_new_tokens=2, pad_token_id=0, repetition_penalty=1.2)
+    with pytest.raises(UnsupportedGeneration, match="loop='while' does not support RepetitionPenaltyLogitsProcessor"):
+        fullgraph_generate(model, torch.tensor([[5, 6, 7]]), None, config, loop="while")
+    with pytest.raises(UnsupportedGeneration, match="supports full-attention static layers only"):
+        fullgraph_generate(build_tiny("gemma2"), torch.tensor([[5, 6, 7]]), None,
+                           GenerationConfig(max_new_tokens=2, pad_token_id=0), loop="while")
+    with pytest.raises(UnsupportedGeneration, match="loop='scan' is not a loop form; use one of unrolled, while"):
+        fullgraph_generate(model, torch.tensor([[5, 6, 7]]), None, config, loop="scan")
