@@ -307,9 +307,10 @@ def fullgraph_generate(
     """Generate like ``model.generate(input_ids, attention_mask=..., generation_config=...)``.
 
     ``compiler`` wraps the loop, e.g. ``lambda f: torch.compile(f, fullgraph=True, backend="inductor")``;
-    without it the loop runs eagerly. ``loop`` picks the form: "unrolled" or "while" (see ``LOOPS``). Greedy and sampling (temperature, top-k, top-p, min-p, repetition
-    penalty, min_new_tokens), one or several EOS ids, and left-padded batches are supported; anything
-    else raises ``UnsupportedGeneration`` naming the setting.
+    without it the loop runs eagerly. ``loop`` picks the form: "unrolled" or "while" (see ``LOOPS``).
+    Greedy and sampling (temperature, top-k, top-p, min-p, repetition penalty, min_new_tokens), one or
+    several EOS ids, and left-padded batches are supported; anything else raises
+    ``UnsupportedGeneration`` naming the setting.
     """
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)

@@ -160,7 +160,7 @@ def builtin_specs() -> list[ModelSpec]:
 
 
 #: Models registered by ``register_model`` from conftest files; merged into each session's registry.
-_external_specs: dict[str, ModelSpec] = {}
+_external = Registry()
 
 
 def register_model(
@@ -175,21 +175,20 @@ def register_model(
 
     A name that is already built in, or registered before, needs ``replace=True``.
     """
-    spec = ModelSpec(name, build, family, frozenset(tags))
-    if not replace and (name in _external_specs or name in tiny_configs.POPULAR_MODEL_TYPES):
+    if not replace and name in tiny_configs.POPULAR_MODEL_TYPES:
         raise ValueError(f"model {name!r} is already registered; pass replace=True to override it")
-    _external_specs[name] = spec
-    return spec
+    return _external.register(name, build, family=family, tags=tags, replace=replace)
 
 
 def session_registry() -> Registry:
     """Built-in specs overlaid with the externally registered ones."""
     registry = Registry(builtin_specs())
-    for spec in _external_specs.values():
+    for spec in _external:
         registry.add(spec, replace=True)
     return registry
 
 
 def forget_external_models() -> None:
     """Drop conftest registrations at session end (pytester runs many sessions in one process)."""
-    _external_specs.clear()
+    global _external
+    _external = Registry()
