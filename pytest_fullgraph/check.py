@@ -62,12 +62,13 @@ class Mismatch:
     eager_shape: list[int] = field(default_factory=list)
     compiled_shape: list[int] = field(default_factory=list)
 
-    def describe(self) -> str:
+    def describe(self, other: str = "compiled") -> str:
+        """``other`` names what was compared with eager: the compiled run, or our loop run eagerly."""
         gap = "unknown" if self.eager_logit_gap is None else f"{self.eager_logit_gap:.4g}"
         text = (f"row {self.row}, position {self.position} (new token {self.step}): eager {self.eager_token}, "
-                f"compiled {self.compiled_token}; eager top-1/top-2 logit gap there {gap}")
+                f"{other} {self.compiled_token}; eager top-1/top-2 logit gap there {gap}")
         if self.eager_shape != self.compiled_shape:
-            text += f"; shapes eager {tuple(self.eager_shape)} vs compiled {tuple(self.compiled_shape)}"
+            text += f"; shapes eager {tuple(self.eager_shape)} vs {other} {tuple(self.compiled_shape)}"
         return text
 
 
@@ -385,8 +386,10 @@ def run_check(
                     if not torch.equal(eager, ours):
                         result.outcome = "mismatch"
                         result.mismatch = first_difference(eager, ours, prompt_width)
+                        result.mismatch.eager_logit_gap = eager_logit_gap(model, inputs, config, scenario.seed,
+                                                                          result.mismatch)
                         result.message = (f"fullgraph_generate run eagerly differs from model.generate at "
-                                          f"{result.mismatch.describe()}")
+                                          f"{result.mismatch.describe('fullgraph_generate')}")
                         return result
                 stage = "compiled generation"
                 _compile_and_compare(result, model, inputs, config, level, scenario.seed, prompt_width, eager,
@@ -435,9 +438,7 @@ def _compile_and_compare(result: CheckResult, model: PreTrainedModel, inputs: di
                 _diagnose(result, model, inputs, config, level, seed)
             return
         result.timings["compile_s"] = time.perf_counter() - started
-    result.graph_count, result.graph_ops = trace.graph_count, trace.graph_ops
-    result.recompile_reasons = trace.recompile_reasons
-    result.recompiles = len(trace.recompile_reasons)
+    _record_graphs(result, trace)
     if level.single_graph is None:
         result.graph_count = None
     elif level.single_graph and trace.graph_count != 1:
@@ -475,7 +476,11 @@ def _diagnose(result: CheckResult, model: PreTrainedModel, inputs: dict[str, Any
             result.message += f" (diagnostic pass failed: {type(error).__name__}: {_first_line(error)})"
     result.timings["diagnose_s"] = time.perf_counter() - started
     result.breaks = trace.breaks
+    _record_graphs(result, trace)
+    _forget_compiled(model)
+
+
+def _record_graphs(result: CheckResult, trace: breaks.CompileTrace) -> None:
     result.graph_count, result.graph_ops = trace.graph_count, trace.graph_ops
     result.recompile_reasons = trace.recompile_reasons
     result.recompiles = len(trace.recompile_reasons)
-    _forget_compiled(model)
