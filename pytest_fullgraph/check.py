@@ -396,8 +396,9 @@ def run_check(
                                      diagnose)
         except Exception as error:  # isolate: one model's crash is that check's outcome, nothing more
             located = breaks.record_from_exception(error)
+            where = f" at {located.where()}" if located.file else ""
             result.outcome = "error"
-            result.message = f"{stage} failed at {located.where()}: {type(error).__name__}: {_first_line(error)}"
+            result.message = f"{stage} failed{where}: {type(error).__name__}: {_first_line(error)}"
             if stage == "compiled generation":
                 result.first_break = located
     return result
