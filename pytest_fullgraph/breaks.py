@@ -313,12 +313,20 @@ def _break_being_logged() -> tuple[BaseException | None, Any]:
     return error, collapse_resume_frames(list(get_stack_above_dynamo()) + list(user_stack or []))
 
 
+_OBJECT_ID = re.compile(r"\b0x[0-9a-fA-F]+\b|\b\d{9,}\b")
+
+
+def normalise_reason(reason: str) -> str:
+    """A recompile reason's first line, object ids and addresses masked: equal in every process."""
+    return _OBJECT_ID.sub("<id>", _first_line(reason))
+
+
 def _reasons(payload: str) -> list[str]:
     try:
         parsed = json.loads(payload)
     except ValueError:
-        return [payload.strip()]
-    return [str(item).strip() for item in parsed] if isinstance(parsed, list) else [str(parsed).strip()]
+        parsed = [payload]
+    return [normalise_reason(str(item)) for item in (parsed if isinstance(parsed, list) else [parsed])]
 
 
 def counting_backend(backend: str, trace: CompileTrace) -> Any:

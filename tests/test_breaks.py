@@ -77,3 +77,11 @@ def test_real_breaks_of_transformers_generate_are_classified() -> None:
     assert wrapper.gb_id == "GB0066" and not wrapper.root_cause
     assert all(b.origin in ORIGINS for b in result.breaks)
     assert result.graph_count and result.graph_count > 1
+
+
+def test_recompile_reasons_are_the_same_in_every_process() -> None:
+    from pytest_fullgraph.breaks import normalise_reason
+
+    reason = ("0/0: ___check_obj_id(func.__code__, 93848271708960), type=<class 'code'>  # f at 0x7f3a12\n"
+              "User stack trace:\n  File ...")
+    assert normalise_reason(reason) == "0/0: ___check_obj_id(func.__code__, <id>), type=<class 'code'>  # f at <id>"
