@@ -267,7 +267,8 @@ def decode_while_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch
     values = tuple(cast(torch.Tensor, layer.values) for layer in cache.layers)
     length = torch.tensor(prompt_length, device=input_ids.device)
     steps = torch.ones((), dtype=torch.long, device=input_ids.device)
-    positions = position_ids[:, -1:].contiguous()  # carried state must keep one layout across steps
+    # carried state must keep one layout across steps: a fresh (batch, 1) tensor, whatever the batch size
+    positions = position_ids[:, -1:].clone(memory_format=torch.contiguous_format)
     layer_count = len(keys)
 
     def condition(steps: torch.Tensor, *state: torch.Tensor) -> torch.Tensor:
