@@ -5,9 +5,10 @@ processors, stopping when every row has finished) happens either before the grap
 or after it, on its outputs. Inside the graph: prefill, every decode step, logits processing, sampling,
 and EOS handling, with no host synchronisation.
 
-The loop runs all ``max_new_tokens`` steps branch-free: rows that have finished emit ``pad_token_id``
-(as ``generate`` pads them), and the output is trimmed afterwards to the length ``generate`` returns,
-i.e. up to the step at which the last row finished.
+The unrolled form runs all ``max_new_tokens`` steps branch-free: rows that have finished emit
+``pad_token_id`` (as ``generate`` pads them), and the output is trimmed afterwards to the length
+``generate`` returns, i.e. up to the step at which the last row finished. The ``while_loop`` form carries the
+KV cache as loop state and exits when every row has finished; its graph does not grow with the tokens.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class DecodeProgram(torch.nn.Module):
         self.cache_len = cache_len
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        cache = new_static_cache(self.model, int(input_ids.shape[0]), self.cache_len)
+        cache = new_static_cache(self.model, self.cache_len)
         return decode_loop(self.model, self.plan, input_ids, attention_mask, cache)
 
 
@@ -70,7 +71,7 @@ class DecodePlan:
 def check_supported(config: GenerationConfig) -> None:
     for name, off in UNSUPPORTED_SETTINGS.items():
         value = getattr(config, name, off)
-        if value not in (off, None) and value != off:
+        if value is not None and value != off:
             raise UnsupportedGeneration(f"fullgraph_generate does not support {name}={value!r} "
                                         f"(supported: greedy and sampling, {name}={off!r})")
     mode = str(config.get_generation_mode().value)
@@ -119,11 +120,10 @@ def _forward_parameters(model: PreTrainedModel) -> set[str]:
     return set()
 
 
-def new_static_cache(model: PreTrainedModel, batch_size: int, max_cache_len: int) -> Any:
-    """A static KV cache sized for prompt plus new tokens, as ``cache_implementation="static"`` makes."""
+def new_static_cache(model: PreTrainedModel, max_cache_len: int) -> Any:
+    """A static KV cache sized for prompt plus new tokens (its tensors are allocated by the first update)."""
     from transformers import StaticCache
 
-    del batch_size  # allocated lazily by the first update
     cache = StaticCache(config=model.config, max_cache_len=max_cache_len)
     if any(getattr(cache, "is_linear", ())):
         # generate steps recurrent state differently; measured: mamba's tokens diverge at the third step
@@ -316,7 +316,7 @@ def fullgraph_generate(
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
     plan = prepare(model, input_ids, attention_mask, generation_config)
-    cache = new_static_cache(model, int(input_ids.shape[0]), int(input_ids.shape[1]) + plan.max_new_tokens)
+    cache = new_static_cache(model, int(input_ids.shape[1]) + plan.max_new_tokens)
     if loop not in LOOPS:
         raise UnsupportedGeneration(f"loop={loop!r} is not a loop form; use one of {', '.join(LOOPS)}")
     if loop == "while":
