@@ -132,6 +132,40 @@ def new_static_cache(model: PreTrainedModel, max_cache_len: int) -> Any:
     return cache
 
 
+def _initial_positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids as ``generate`` derives them from a left-padded mask."""
+    return (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)
+
+
+def _forward_kwargs(plan: DecodePlan, positions: torch.Tensor) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"use_cache": True}
+    if plan.accepts_position_ids:
+        kwargs["position_ids"] = positions
+    if plan.logits_to_keep:
+        kwargs["logits_to_keep"] = 1
+    return kwargs
+
+
+def _next_tokens(plan: DecodePlan, logits: torch.Tensor, sequences: torch.Tensor,
+                 unfinished: torch.Tensor) -> torch.Tensor:
+    """One step of ``generate``'s sampling: processors, then multinomial or argmax, finished rows padded."""
+    scores = plan.processors(cast(torch.LongTensor, sequences), logits[:, -1].to(dtype=torch.float32, copy=True))
+    if plan.do_sample:
+        tokens = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+    else:
+        tokens = torch.argmax(scores, dim=-1)
+    if plan.eos is not None:
+        assert plan.pad is not None
+        tokens = tokens * unfinished + plan.pad * (1 - unfinished)
+    return tokens
+
+
+def _still_running(plan: DecodePlan, tokens: torch.Tensor, unfinished: torch.Tensor) -> torch.Tensor:
+    if plan.eos is None:
+        return unfinished.clone()  # a while_loop body may not return its input itself
+    return unfinished & ~torch.isin(tokens, plan.eos).long()
+
+
 def decode_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tensor,
                 attention_mask: torch.Tensor, cache: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """Prefill and every decode step; returns (all tokens, steps ``generate`` would have run).
@@ -139,29 +173,16 @@ def decode_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tenso
     This is the function that compiles into one graph: Python control flow here depends only on the
     plan's Python values, never on tensor contents.
     """
-    position_ids = attention_mask.long().cumsum(-1) - 1
-    position_ids = position_ids.masked_fill(attention_mask == 0, 0)
     unfinished = torch.ones(input_ids.shape[0], dtype=torch.long, device=input_ids.device)
     steps = torch.zeros((), dtype=torch.long, device=input_ids.device)
     sequences = input_ids
-    step_input, step_positions = input_ids, position_ids
+    step_input, step_positions = input_ids, _initial_positions(attention_mask)
     for _ in range(plan.max_new_tokens):
-        kwargs: dict[str, Any] = {"attention_mask": attention_mask, "cache": cache, "use_cache": True}
-        if plan.accepts_position_ids:
-            kwargs["position_ids"] = step_positions
-        if plan.logits_to_keep:
-            kwargs["logits_to_keep"] = 1
-        logits = model(input_ids=step_input, **kwargs).logits[:, -1].to(dtype=torch.float32, copy=True)
-        scores = plan.processors(cast(torch.LongTensor, sequences), logits)
-        if plan.do_sample:
-            next_tokens = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
-        else:
-            next_tokens = torch.argmax(scores, dim=-1)
+        logits = model(input_ids=step_input, attention_mask=attention_mask, cache=cache,
+                       **_forward_kwargs(plan, step_positions)).logits
+        next_tokens = _next_tokens(plan, logits, sequences, unfinished)
         steps = steps + (unfinished.max() > 0).long()  # generate runs a step while any row is unfinished
-        if plan.eos is not None:
-            assert plan.pad is not None
-            next_tokens = next_tokens * unfinished + plan.pad * (1 - unfinished)
-            unfinished = unfinished & ~torch.isin(next_tokens, plan.eos).long()
+        unfinished = _still_running(plan, next_tokens, unfinished)
         sequences = torch.cat([sequences, next_tokens[:, None]], dim=-1)
         attention_mask = torch.cat([attention_mask, attention_mask.new_ones((attention_mask.shape[0], 1))], dim=-1)
         step_input = next_tokens[:, None]
@@ -232,37 +253,16 @@ def decode_while_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch
     from transformers import Cache
 
     batch, prompt_length = int(input_ids.shape[0]), int(input_ids.shape[1])
-    total = prompt_length + plan.max_new_tokens
-    position_ids = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)
-    kwargs: dict[str, Any] = {"use_cache": True}
-    if plan.logits_to_keep:
-        kwargs["logits_to_keep"] = 1
-
-    def choose(scores: torch.Tensor, unfinished: torch.Tensor) -> torch.Tensor:
-        if plan.do_sample:
-            tokens = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
-        else:
-            tokens = torch.argmax(scores, dim=-1)
-        if plan.eos is not None:
-            assert plan.pad is not None
-            tokens = tokens * unfinished + plan.pad * (1 - unfinished)
-        return tokens
-
-    def still_running(tokens: torch.Tensor, unfinished: torch.Tensor) -> torch.Tensor:
-        if plan.eos is None:
-            return unfinished.clone()  # a while_loop body may not return its input itself
-        return unfinished & ~torch.isin(tokens, plan.eos).long()
-
+    position_ids = _initial_positions(attention_mask)
     full_mask = torch.cat([attention_mask, attention_mask.new_ones((batch, plan.max_new_tokens))], dim=-1)
     sequences = torch.cat([input_ids, input_ids.new_full((batch, plan.max_new_tokens), 0)], dim=-1)
     # prefill, with the static cache, outside the loop
-    extra = {"position_ids": position_ids} if plan.accepts_position_ids else {}
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, cache=cache, **extra, **kwargs).logits
-    scores = plan.processors(cast(torch.LongTensor, input_ids), logits[:, -1].to(dtype=torch.float32, copy=True))
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, cache=cache,
+                   **_forward_kwargs(plan, position_ids)).logits
     unfinished = torch.ones(batch, dtype=torch.long, device=input_ids.device)
-    tokens = choose(scores, unfinished)
+    tokens = _next_tokens(plan, logits, input_ids, unfinished)
     sequences = sequences.index_copy(1, torch.tensor([prompt_length], device=input_ids.device), tokens[:, None])
-    unfinished = still_running(tokens, unfinished)
+    unfinished = _still_running(plan, tokens, unfinished)
     keys = tuple(cast(torch.Tensor, layer.keys) for layer in cache.layers)
     values = tuple(cast(torch.Tensor, layer.values) for layer in cache.layers)
     length = torch.tensor(prompt_length, device=input_ids.device)
@@ -278,22 +278,29 @@ def decode_while_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch
              length: torch.Tensor, sequences: torch.Tensor,
              *kv: torch.Tensor) -> tuple[torch.Tensor, ...]:
         layers = [_CarriedLayer(kv[i], kv[layer_count + i], length) for i in range(layer_count)]
-        step_cache = Cache(layers=cast(Any, layers))
         positions = positions + 1
-        extra = {"position_ids": positions} if plan.accepts_position_ids else {}
-        logits = model(input_ids=tokens[:, None], attention_mask=full_mask, cache=step_cache, **extra,
-                       **kwargs).logits
-        scores = plan.processors(cast(torch.LongTensor, sequences), logits[:, -1].to(dtype=torch.float32,
-                                                                                    copy=True))
-        next_tokens = choose(scores, unfinished)
+        logits = model(input_ids=tokens[:, None], attention_mask=full_mask, cache=Cache(layers=cast(Any, layers)),
+                       **_forward_kwargs(plan, positions)).logits
+        next_tokens = _next_tokens(plan, logits, sequences, unfinished)
         sequences = sequences.index_copy(1, (length + 1).reshape(1), next_tokens[:, None])
-        return (steps + 1, next_tokens, positions, still_running(next_tokens, unfinished), length + 1,
+        return (steps + 1, next_tokens, positions, _still_running(plan, next_tokens, unfinished), length + 1,
                 sequences, *(cast(torch.Tensor, layer.keys) for layer in layers),
                 *(cast(torch.Tensor, layer.values) for layer in layers))
 
     state = while_loop(condition, body, (steps, tokens, positions, unfinished, length, sequences, *keys, *values))
-    steps, sequences = state[0], state[5]
-    return sequences[:, :total], steps
+    return state[5], state[0]
+
+
+def _planned(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+             generation_config: GenerationConfig | None) -> tuple[torch.Tensor, DecodePlan]:
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    return attention_mask, prepare(model, input_ids, attention_mask, generation_config)
+
+
+def _trimmed(sequences: torch.Tensor, input_ids: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+    """The one host synchronisation, after the graph: generate's output stops where the last row finished."""
+    return sequences[:, : int(input_ids.shape[1]) + int(steps)]
 
 
 def fullgraph_generate(
@@ -313,9 +320,7 @@ def fullgraph_generate(
     several EOS ids, and left-padded batches are supported; anything else raises
     ``UnsupportedGeneration`` naming the setting.
     """
-    if attention_mask is None:
-        attention_mask = torch.ones_like(input_ids)
-    plan = prepare(model, input_ids, attention_mask, generation_config)
+    attention_mask, plan = _planned(model, input_ids, attention_mask, generation_config)
     cache = new_static_cache(model, int(input_ids.shape[1]) + plan.max_new_tokens)
     if loop not in LOOPS:
         raise UnsupportedGeneration(f"loop={loop!r} is not a loop form; use one of {', '.join(LOOPS)}")
@@ -324,8 +329,7 @@ def fullgraph_generate(
     run = compiler(LOOPS[loop]) if compiler is not None else LOOPS[loop]
     with torch.no_grad():
         sequences, steps = run(model, plan, input_ids, attention_mask, cache)
-    # The one host synchronisation, after the graph: generate's output stops where the last row finished.
-    return sequences[:, : int(input_ids.shape[1]) + int(steps)]
+    return _trimmed(sequences, input_ids, steps)
 
 
 def export_generate(
@@ -341,16 +345,14 @@ def export_generate(
     Returns a callable ``(input_ids, attention_mask) -> tokens`` that runs the ``ExportedProgram`` and trims
     like ``generate``. The generation settings are baked into the program; the cache lives inside it.
     """
-    if attention_mask is None:
-        attention_mask = torch.ones_like(input_ids)
-    plan = prepare(model, input_ids, attention_mask, generation_config)
+    attention_mask, plan = _planned(model, input_ids, attention_mask, generation_config)
     program = torch.export.export(DecodeProgram(model, plan, int(input_ids.shape[1]) + plan.max_new_tokens),
                                   (input_ids, attention_mask), strict=strict)
     module = program.module()
 
     def run(run_input_ids: torch.Tensor, run_attention_mask: torch.Tensor) -> torch.Tensor:
         sequences, steps = module(run_input_ids, run_attention_mask)
-        return cast("torch.Tensor", sequences[:, : int(run_input_ids.shape[1]) + int(steps)])
+        return _trimmed(sequences, run_input_ids, steps)
 
     run.exported_program = program  # type: ignore[attr-defined]
     return run
