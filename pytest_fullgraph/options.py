@@ -93,11 +93,11 @@ def parse_positive_int(value: str, source: str) -> int:
     return number
 
 
-def parse_backend(value: str, source: str) -> str:
-    backend = value.strip()
-    if backend not in BACKENDS:
-        raise pytest.UsageError(f"{source}={value!r} is not a known backend; use one of {', '.join(BACKENDS)}")
-    return backend
+def parse_choice(value: str, source: str, choices: tuple[str, ...], what: str) -> str:
+    chosen = value.strip()
+    if chosen not in choices:
+        raise pytest.UsageError(f"{source}={value!r} is not {what}; use one of {', '.join(choices)}")
+    return chosen
 
 
 def _pick(config: pytest.Config, dest: str, ini: str) -> tuple[str | None, str]:
@@ -132,8 +132,10 @@ def resolve_settings(config: pytest.Config, registry: Registry) -> Settings:
         raise pytest.UsageError(f"{models_source or '--fullgraph-models'}: {error}") from None
 
     backend_value, backend_source = _pick(config, "fullgraph_backend", "fullgraph_backend")
-    backend = parse_backend(backend_value, backend_source) if backend_value is not None else (
-        SLOW_BACKEND if run_slow else FAST_BACKEND)
+    if backend_value is None:
+        backend = SLOW_BACKEND if run_slow else FAST_BACKEND
+    else:
+        backend = parse_choice(backend_value, backend_source, BACKENDS, "a known backend")
 
     tokens_value, tokens_source = _pick(config, "fullgraph_max_new_tokens", "fullgraph_max_new_tokens")
     max_new_tokens = parse_positive_int(tokens_value, tokens_source) if tokens_value is not None else (
@@ -143,9 +145,7 @@ def resolve_settings(config: pytest.Config, registry: Registry) -> Settings:
     report_value, _ = _pick(config, "fullgraph_report", "fullgraph_report")
     report_dir = Path(report_value) if report_value else None
     breaks_value, breaks_source = _pick(config, "fullgraph_breaks", "fullgraph_breaks")
-    breaks = "all" if breaks_value is None else breaks_value.strip()
-    if breaks not in BREAK_MODES:
-        raise pytest.UsageError(f"{breaks_source}={breaks_value!r} is not a break mode; use one of "
-                                f"{', '.join(BREAK_MODES)}")
+    breaks = "all" if breaks_value is None else parse_choice(breaks_value, breaks_source, BREAK_MODES,
+                                                              "a break mode")
     return Settings(models=models, backend=backend, max_new_tokens=max_new_tokens, run_slow=run_slow,
                     strict=strict, report_dir=report_dir, breaks=breaks)
