@@ -100,14 +100,17 @@ def parse_choice(value: str, source: str, choices: tuple[str, ...], what: str) -
     return chosen
 
 
-def _pick(config: pytest.Config, dest: str, ini: str) -> tuple[str | None, str]:
-    """Value and its source name, command line first, then ini; ``None`` when neither is set."""
-    cli = config.getoption(dest)
+def _pick(config: pytest.Config, name: str) -> tuple[str | None, str]:
+    """Value and its source, command line first, then ini; ``None`` when neither is set.
+
+    Every option's ``dest`` equals its ini key, so one name finds both.
+    """
+    cli = config.getoption(name)
     if cli is not None:
-        return str(cli), f"--{dest.replace('_', '-')}"
-    ini_value = config.getini(ini)
+        return str(cli), f"--{name.replace('_', '-')}"
+    ini_value = config.getini(name)
     if ini_value not in (None, "", []):
-        return str(ini_value), f"ini {ini}"
+        return str(ini_value), f"ini {name}"
     return None, ""
 
 
@@ -125,26 +128,26 @@ def resolve_settings(config: pytest.Config, registry: Registry) -> Settings:
     """Validate every fullgraph option; any bad value is a ``pytest.UsageError`` naming it."""
     run_slow = resolve_run_slow(config)
 
-    models_value, models_source = _pick(config, "fullgraph_models", "fullgraph_models")
+    models_value, models_source = _pick(config, "fullgraph_models")
     try:
         models = registry.select(models_value if models_value is not None else DEFAULT_MODELS)
     except ValueError as error:
         raise pytest.UsageError(f"{models_source or '--fullgraph-models'}: {error}") from None
 
-    backend_value, backend_source = _pick(config, "fullgraph_backend", "fullgraph_backend")
+    backend_value, backend_source = _pick(config, "fullgraph_backend")
     if backend_value is None:
         backend = SLOW_BACKEND if run_slow else FAST_BACKEND
     else:
         backend = parse_choice(backend_value, backend_source, BACKENDS, "a known backend")
 
-    tokens_value, tokens_source = _pick(config, "fullgraph_max_new_tokens", "fullgraph_max_new_tokens")
+    tokens_value, tokens_source = _pick(config, "fullgraph_max_new_tokens")
     max_new_tokens = parse_positive_int(tokens_value, tokens_source) if tokens_value is not None else (
         SLOW_MAX_NEW_TOKENS if run_slow else FAST_MAX_NEW_TOKENS)
 
     strict = bool(config.getoption("fullgraph_strict")) or bool(config.getini("fullgraph_strict"))
-    report_value, _ = _pick(config, "fullgraph_report", "fullgraph_report")
+    report_value, _ = _pick(config, "fullgraph_report")
     report_dir = Path(report_value) if report_value else None
-    breaks_value, breaks_source = _pick(config, "fullgraph_breaks", "fullgraph_breaks")
+    breaks_value, breaks_source = _pick(config, "fullgraph_breaks")
     breaks = "all" if breaks_value is None else parse_choice(breaks_value, breaks_source, BREAK_MODES,
                                                               "a break mode")
     return Settings(models=models, backend=backend, max_new_tokens=max_new_tokens, run_slow=run_slow,
