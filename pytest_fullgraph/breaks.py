@@ -41,6 +41,7 @@ ORIGINS = ("model", "sampling", "eos", "cache", "masking", "generation", "integr
 CONSEQUENCE_GB_TYPES = frozenset({
     "Graph break under GenericContextWrappingVariable",
     "Skip frame due to graph break in a nested function",
+    "graph break in loop",  # GB7000: the frame is skipped because of a break inside the loop body
 })  # fmt: skip
 
 _GB_ID_IN_MESSAGE = re.compile(r"/gb/gb(\d{4})\.html", re.IGNORECASE)

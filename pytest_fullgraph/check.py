@@ -437,6 +437,7 @@ def _compile_and_compare(result: CheckResult, model: PreTrainedModel, inputs: di
             result.message = record.summary()
             if diagnose:
                 _diagnose(result, model, inputs, config, level, seed)
+                _blame_break_for_crash(result)
             return
         result.timings["compile_s"] = time.perf_counter() - started
     _record_graphs(result, trace)
@@ -479,6 +480,23 @@ def _diagnose(result: CheckResult, model: PreTrainedModel, inputs: dict[str, Any
     result.breaks = trace.breaks
     _record_graphs(result, trace)
     _forget_compiled(model)
+
+
+def _blame_break_for_crash(result: CheckResult) -> None:
+    """A fullgraph compile that crashed inside PyTorch where the model also breaks is reported as that break.
+
+    Measured: mpt's forward reads the cache length with ``Tensor.item()``; without fullgraph that is a clean
+    break in ``modeling_mpt.py``, with fullgraph dynamo crashes (``PendingUnbackedSymbolNotFound``) a few frames
+    later. The break is the model's; the crash stays in the message.
+    """
+    if result.outcome != "error" or result.first_break is None:
+        return
+    cause = next((record for record in result.breaks if record.root_cause), None)
+    if cause is None:
+        return
+    crash = result.first_break
+    result.outcome, result.first_break = "break", cause
+    result.message = f"{cause.summary()} (with fullgraph=True the compiler crashed instead: {crash.summary()})"
 
 
 def _record_graphs(result: CheckResult, trace: breaks.CompileTrace) -> None:

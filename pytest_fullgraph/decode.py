@@ -66,6 +66,8 @@ class DecodePlan:
     pad: torch.Tensor | None
     accepts_position_ids: bool
     logits_to_keep: bool
+    #: whether decode steps get the attention mask; some models (mamba) take it at prefill only
+    mask_when_decoding: bool = True
 
 
 def check_supported(config: GenerationConfig) -> None:
@@ -104,7 +106,21 @@ def prepare(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: tor
         raise UnsupportedGeneration(f"{type(model).__name__}.forward takes no `cache` argument")
     return DecodePlan(config, processors, max_new_tokens, bool(config.do_sample),
                       eos if eos is not None and eos.numel() > 0 else None, config._pad_token_tensor,
-                      "position_ids" in forward_parameters, "logits_to_keep" in forward_parameters)
+                      "position_ids" in forward_parameters, "logits_to_keep" in forward_parameters,
+                      _mask_when_decoding(model, input_ids, attention_mask))
+
+
+def _mask_when_decoding(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> bool:
+    """Ask the model's ``prepare_inputs_for_generation`` whether a decode step receives the attention mask.
+
+    Recurrent models drop it after prefill (measured: mamba fed a full-length mask with a one-token input
+    broadcasts its hidden states to the mask's length and diverges from ``generate`` at the fourth token).
+    """
+    if attention_mask is None:
+        return True
+    step_inputs = cast(Any, model).prepare_inputs_for_generation(
+        input_ids, attention_mask=attention_mask, use_cache=True, is_first_iteration=False)
+    return step_inputs.get("attention_mask") is not None
 
 
 def _forward_parameters(model: PreTrainedModel) -> set[str]:
@@ -121,15 +137,11 @@ def _forward_parameters(model: PreTrainedModel) -> set[str]:
 
 
 def new_static_cache(model: PreTrainedModel, max_cache_len: int) -> Any:
-    """A static KV cache sized for prompt plus new tokens (its tensors are allocated by the first update)."""
+    """A static cache sized for prompt plus new tokens (its tensors are allocated by the first update);
+    recurrent layers (mamba's conv and SSM states) are fixed-size already."""
     from transformers import StaticCache
 
-    cache = StaticCache(config=model.config, max_cache_len=max_cache_len)
-    if any(getattr(cache, "is_linear", ())):
-        # generate steps recurrent state differently; measured: mamba's tokens diverge at the third step
-        raise UnsupportedGeneration(f"{type(model).__name__} keeps recurrent (linear-attention) cache layers; "
-                                    "fullgraph_generate supports attention KV caches only")
-    return cache
+    return StaticCache(config=model.config, max_cache_len=max_cache_len)
 
 
 def _initial_positions(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -177,14 +189,16 @@ def decode_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tenso
     steps = torch.zeros((), dtype=torch.long, device=input_ids.device)
     sequences = input_ids
     step_input, step_positions = input_ids, _initial_positions(attention_mask)
+    step_mask: torch.Tensor | None = attention_mask
     for _ in range(plan.max_new_tokens):
-        logits = model(input_ids=step_input, attention_mask=attention_mask, cache=cache,
+        logits = model(input_ids=step_input, attention_mask=step_mask, cache=cache,
                        **_forward_kwargs(plan, step_positions)).logits
         next_tokens = _next_tokens(plan, logits, sequences, unfinished)
         steps = steps + (unfinished.max() > 0).long()  # generate runs a step while any row is unfinished
         unfinished = _still_running(plan, next_tokens, unfinished)
         sequences = torch.cat([sequences, next_tokens[:, None]], dim=-1)
         attention_mask = torch.cat([attention_mask, attention_mask.new_ones((attention_mask.shape[0], 1))], dim=-1)
+        step_mask = attention_mask if plan.mask_when_decoding else None
         step_input = next_tokens[:, None]
         step_positions = step_positions[:, -1:] + 1
     return sequences, steps
@@ -279,7 +293,8 @@ def decode_while_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch
              *kv: torch.Tensor) -> tuple[torch.Tensor, ...]:
         layers = [_CarriedLayer(kv[i], kv[layer_count + i], length) for i in range(layer_count)]
         positions = positions + 1
-        logits = model(input_ids=tokens[:, None], attention_mask=full_mask, cache=Cache(layers=cast(Any, layers)),
+        logits = model(input_ids=tokens[:, None], attention_mask=full_mask if plan.mask_when_decoding else None,
+                       cache=Cache(layers=cast(Any, layers)),
                        **_forward_kwargs(plan, positions)).logits
         next_tokens = _next_tokens(plan, logits, sequences, unfinished)
         sequences = sequences.index_copy(1, (length + 1).reshape(1), next_tokens[:, None])

@@ -39,6 +39,34 @@ def test_eager_loop_equals_generate_with_eos_list_and_min_new_tokens() -> None:
     assert torch.equal(fullgraph_generate(model, ids, mask, config), expected)
 
 
+def test_recurrent_model_gets_its_mask_at_prefill_only_like_generate() -> None:
+    """mamba drops the attention mask after prefill; fed the full mask, its one-token steps broadcast to the
+    mask's length and the tokens diverged from generate at the fourth new token."""
+    model = build_tiny("mamba")
+    ids = torch.tensor([[0, 0, 5, 6, 7, 8], [9, 10, 11, 12, 13, 14]])
+    mask = (ids != 0).long()
+    config = GenerationConfig(max_new_tokens=8, do_sample=False, pad_token_id=0, eos_token_id=None)
+    model.generation_config.eos_token_id = None
+    expected = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+    assert torch.equal(fullgraph_generate(model, ids, mask, config), expected)
+    with pytest.raises(UnsupportedGeneration, match="MambaForCausalLM uses LinearAttentionLayer"):
+        fullgraph_generate(model, ids, mask, config, loop="while")
+
+
+def test_model_break_is_reported_even_where_the_fullgraph_compile_crashes() -> None:
+    """mpt reads its cache length with Tensor.item(): a break in modeling_mpt.py, which under fullgraph=True
+    crashes dynamo instead (PyTorch 2.13); the check reports the model's break and keeps the crash."""
+    from pytest_fullgraph import run_check
+
+    result = run_check(build_tiny("mpt"), "mpt", "greedy", "decode", "aot_eager", 2)
+    assert result.outcome == "break"
+    assert result.first_break is not None
+    assert (result.first_break.file, result.first_break.origin) == ("transformers/models/mpt/modeling_mpt.py",
+                                                                    "model")
+    assert result.first_break.gb_id == "GB0124"  # Tensor.item()
+    assert "with fullgraph=True the compiler crashed instead: InternalTorchDynamoError" in result.message
+
+
 def test_decode_level_is_one_graph_and_attributes_model_breaks(toy_project: pytest.Pytester,
                                                                tmp_path: Path) -> None:
     result = toy_project.runpytest("--fullgraph-models=toy,toy_break", "--fullgraph-backend=eager", "-k",
