@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from transformers import GenerationConfig, PreTrainedModel
 
 from pytest_fullgraph import tiny_configs
+from pytest_fullgraph.breaks import compile_failure_types
 from pytest_fullgraph.check import model_generation_defaults, vocab_size
 from pytest_fullgraph.decode import LOOPS, UnsupportedGeneration, fullgraph_generate
 from pytest_fullgraph.options import Settings
@@ -75,6 +76,8 @@ def supported_loops(model: PreTrainedModel) -> tuple[str, ...]:
             loops.append(loop)
         except UnsupportedGeneration as error:
             reasons.append(str(error))
+        except compile_failure_types() as error:  # while_loop traces its body even eagerly
+            reasons.append(f"loop={loop!r} cannot trace the model: {type(error).__name__}")
     if not loops:
         pytest.skip(f"fullgraph_generate does not support this model: {'; '.join(dict.fromkeys(reasons))}")
     return tuple(loops)
@@ -85,10 +88,33 @@ def run_seeded(seed: int, function: Any) -> torch.Tensor:
     return function()
 
 
+def compile_loop(function: Any) -> Any:
+    return torch.compile(function, fullgraph=True, backend=PROPERTY_BACKEND)
+
+
+def model_does_not_compile(model: PreTrainedModel, loop: str) -> str | None:
+    """Why the plainest generation (greedy, prefill and one decode step, no padding) fails to compile in this
+    loop form, or None if it compiles.
+
+    A failure there is the model's (its forward breaks; the conformance suite's decode level locates it),
+    so the compiled half of the property becomes an xfail; a failure only on a drawn case is a loop bug.
+    """
+    probe = torch.tensor([[tiny_configs.FIRST_PROMPT_ID] * 4] * 2)
+    config = GenerationConfig(max_new_tokens=2, do_sample=False, pad_token_id=tiny_configs.PAD_TOKEN_ID)
+    torch._dynamo.reset()
+    try:
+        with torch.no_grad(), model_generation_defaults(model, None):
+            fullgraph_generate(model, probe, None, config, loop=loop, compiler=compile_loop)
+    except compile_failure_types() as error:
+        return f"{type(error).__name__}: {str(error).splitlines()[0]}"
+    return None
+
+
 def test_fullgraph_generate_matches_generate_and_compiles_exactly(fullgraph_model: PreTrainedModel,
                                                                   fullgraph_settings: Settings) -> None:
     model = fullgraph_model
     loops = supported_loops(model)
+    compile_failure: list[str] = []  # set once the model itself is found not to compile
 
     @settings(max_examples=examples(fullgraph_settings.run_slow), deadline=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -101,13 +127,27 @@ def test_fullgraph_generate_matches_generate_and_compiles_exactly(fullgraph_mode
             loop = case["loop"]
             eager = run_seeded(seed, lambda: fullgraph_generate(model, ids, mask, config, loop=loop))
             assert torch.equal(eager, expected), f"eager {loop} loop != generate for {config.to_diff_dict()}"
+            if compile_failure:
+                return
             torch._dynamo.reset()
-            compiled = run_seeded(seed, lambda: fullgraph_generate(
-                model, ids, mask, config, loop=loop,
-                compiler=lambda function: torch.compile(function, fullgraph=True, backend=PROPERTY_BACKEND)))
+            try:
+                compiled = run_seeded(seed, lambda: fullgraph_generate(model, ids, mask, config, loop=loop,
+                                                                       compiler=compile_loop))
+            except compile_failure_types():
+                reason = model_does_not_compile(model, loop)
+                if reason is None:
+                    raise
+                compile_failure.append(reason)
+                return
             assert torch.equal(compiled, eager), f"compiled {loop} loop != eager for {config.to_diff_dict()}"
 
     check()
+    if compile_failure:
+        message = (f"eager loop == generate held on every example; the model does not compile with "
+                   f"fullgraph=True ({compile_failure[0]}), see its decode checks")
+        if fullgraph_settings.strict:
+            pytest.fail(message)
+        pytest.xfail(message)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available: cudagraphs "

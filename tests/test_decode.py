@@ -78,6 +78,18 @@ def test_decode_level_is_one_graph_and_attributes_model_breaks(toy_project: pyte
     assert (first["file"], first["line"], first["origin"]) == ("conftest.py", PLANTED_BREAK_LINE, "user")
 
 
+def test_property_suite_checks_the_eager_loop_and_xfails_a_model_that_does_not_compile(
+        toy_project: pytest.Pytester) -> None:
+    suite = Path(__file__).parents[1] / "suites" / "test_decode_properties.py"
+    toy_project.makepyfile(test_properties=suite.read_text())
+    result = toy_project.runpytest("test_properties.py", "--fullgraph-models=toy_break", "-rx", "-p",
+                                   "no:cacheprovider")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("xfailed") == 1 and "failed" not in outcomes
+    result.stdout.fnmatch_lines(["*eager loop == generate held on every example; the model does not compile "
+                                 "with fullgraph=True (Unsupported: Data-dependent branching*"])
+
+
 def _compiled_while(model: torch.nn.Module, ids: torch.Tensor, config: GenerationConfig,
                     seed: int) -> tuple[torch.Tensor, list[int]]:
     from pytest_fullgraph.breaks import capture_compile_events, counting_backend
