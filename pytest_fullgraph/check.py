@@ -389,7 +389,8 @@ def run_check(
                         result.mismatch.eager_logit_gap = eager_logit_gap(model, inputs, config, scenario.seed,
                                                                           result.mismatch)
                         result.message = (f"fullgraph_generate run eagerly differs from model.generate at "
-                                          f"{result.mismatch.describe('fullgraph_generate')}")
+                                          f"{result.mismatch.describe('fullgraph_generate')}"
+                                          f"{_static_cache_verdict(model, inputs, config, scenario.seed, eager)}")
                         return result
                 stage = "compiled generation"
                 _compile_and_compare(result, model, inputs, config, level, scenario.seed, prompt_width, eager,
@@ -402,6 +403,28 @@ def run_check(
             if stage == "compiled generation":
                 result.first_break = located
     return result
+
+
+def _static_cache_verdict(model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig, seed: int,
+                          eager: torch.Tensor) -> str:
+    """Whether ``generate`` itself changes its tokens with a static cache, which our loop must use.
+
+    Measured: gpt_neo's local attention slices its band mask by the key length, so with a static cache
+    longer than ``window_size`` its own ``generate(cache_implementation="static")`` differs from the default.
+    That is the model's bug, not the loop's; the message says which.
+    """
+    import torch
+
+    try:
+        static = _seeded(seed, lambda: generate_fn(model)(**inputs, generation_config=_static_cache(config)))
+    except Exception as error:  # the note is best effort; the mismatch stands
+        return f" (model.generate with a static cache failed: {type(error).__name__}: {_first_line(error)})"
+    if torch.equal(static, eager):
+        return "; model.generate with a static cache gives the default tokens, so the difference is the loop's"
+    where = first_difference(eager, static, int(inputs["input_ids"].shape[1]))
+    return (f"; model.generate with a static cache differs from the default too (row {where.row}, position "
+            f"{where.position}: {where.eager_token} vs {where.compiled_token}): the model's static-cache path "
+            "is wrong, not the loop")
 
 
 def _first_line(error: BaseException) -> str:

@@ -67,6 +67,25 @@ def test_model_break_is_reported_even_where_the_fullgraph_compile_crashes() -> N
     assert "with fullgraph=True the compiler crashed instead: InternalTorchDynamoError" in result.message
 
 
+def test_loop_mismatch_says_whether_the_models_static_cache_is_to_blame() -> None:
+    """gpt_neo's local attention is wrong with a static cache longer than its window (16 in the tiny config):
+    generate's own static-cache path differs too, so the message blames the model, not the loop."""
+    from pytest_fullgraph import run_check
+
+    result = run_check(build_tiny("gpt_neo"), "gpt_neo", "greedy", "decode", "eager", 12)
+    assert result.outcome == "mismatch"
+    assert result.message.endswith("the model's static-cache path is wrong, not the loop")
+
+
+def test_loop_mismatch_on_a_sound_model_is_the_loops(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_fullgraph import decode, run_check
+
+    monkeypatch.setattr(decode, "_initial_positions", lambda mask: mask.long().cumsum(-1))  # off by one
+    result = run_check(build_tiny("gpt2"), "gpt2", "greedy", "decode", "eager", 3)  # absolute positions
+    assert result.outcome == "mismatch"
+    assert result.message.endswith("so the difference is the loop's")
+
+
 def test_decode_level_is_one_graph_and_attributes_model_breaks(toy_project: pytest.Pytester,
                                                                tmp_path: Path) -> None:
     result = toy_project.runpytest("--fullgraph-models=toy,toy_break", "--fullgraph-backend=eager", "-k",
