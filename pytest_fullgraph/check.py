@@ -390,7 +390,7 @@ def run_check(
                                                                           result.mismatch)
                         result.message = (f"fullgraph_generate run eagerly differs from model.generate at "
                                           f"{result.mismatch.describe('fullgraph_generate')}"
-                                          f"{_static_cache_verdict(model, inputs, config, scenario.seed, eager)}")
+                                          f"{static_cache_verdict(model, inputs, config, scenario.seed, eager)}")
                         return result
                 stage = "compiled generation"
                 _compile_and_compare(result, model, inputs, config, level, scenario.seed, prompt_width, eager,
@@ -405,7 +405,7 @@ def run_check(
     return result
 
 
-def _static_cache_verdict(model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig, seed: int,
+def static_cache_verdict(model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig, seed: int,
                           eager: torch.Tensor) -> str:
     """Whether ``generate`` itself changes its tokens with a static cache, which our loop must use.
 

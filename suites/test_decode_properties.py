@@ -17,7 +17,7 @@ from transformers import GenerationConfig, PreTrainedModel
 
 from pytest_fullgraph import tiny_configs
 from pytest_fullgraph.breaks import compile_failure_types
-from pytest_fullgraph.check import model_generation_defaults, vocab_size
+from pytest_fullgraph.check import model_generation_defaults, static_cache_verdict, vocab_size
 from pytest_fullgraph.decode import LOOPS, UnsupportedGeneration, fullgraph_generate
 from pytest_fullgraph.options import Settings
 
@@ -126,7 +126,10 @@ def test_fullgraph_generate_matches_generate_and_compiles_exactly(fullgraph_mode
                                                                generation_config=config))
             loop = case["loop"]
             eager = run_seeded(seed, lambda: fullgraph_generate(model, ids, mask, config, loop=loop))
-            assert torch.equal(eager, expected), f"eager {loop} loop != generate for {config.to_diff_dict()}"
+            if not torch.equal(eager, expected):
+                inputs = {"input_ids": ids, "attention_mask": mask}
+                pytest.fail(f"eager {loop} loop != generate for {config.to_diff_dict()}"
+                            f"{static_cache_verdict(model, inputs, config, seed, expected)}")
             if compile_failure:
                 return
             torch._dynamo.reset()
