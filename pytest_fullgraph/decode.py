@@ -136,6 +136,12 @@ def _forward_parameters(model: PreTrainedModel) -> set[str]:
     return set()
 
 
+def cache_length(input_ids: torch.Tensor, plan: DecodePlan) -> int:
+    """Positions the cache needs, sized as ``generate`` sizes its static cache: the last new token is never fed
+    back, so prompt + max_new_tokens - 1. The size matters for models whose masks depend on it (gpt_neo)."""
+    return int(input_ids.shape[1]) + plan.max_new_tokens - 1
+
+
 def new_static_cache(model: PreTrainedModel, max_cache_len: int) -> Any:
     """A static cache sized for prompt plus new tokens (its tensors are allocated by the first update);
     recurrent layers (mamba's conv and SSM states) are fixed-size already."""
@@ -268,7 +274,7 @@ def decode_while_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch
 
     batch, prompt_length = int(input_ids.shape[0]), int(input_ids.shape[1])
     position_ids = _initial_positions(attention_mask)
-    full_mask = torch.cat([attention_mask, attention_mask.new_ones((batch, plan.max_new_tokens))], dim=-1)
+    full_mask = torch.cat([attention_mask, attention_mask.new_ones((batch, plan.max_new_tokens - 1))], dim=-1)
     sequences = torch.cat([input_ids, input_ids.new_full((batch, plan.max_new_tokens), 0)], dim=-1)
     # prefill, with the static cache, outside the loop
     logits = model(input_ids=input_ids, attention_mask=attention_mask, cache=cache,
@@ -336,7 +342,7 @@ def fullgraph_generate(
     ``UnsupportedGeneration`` naming the setting.
     """
     attention_mask, plan = _planned(model, input_ids, attention_mask, generation_config)
-    cache = new_static_cache(model, int(input_ids.shape[1]) + plan.max_new_tokens)
+    cache = new_static_cache(model, cache_length(input_ids, plan))
     if loop not in LOOPS:
         raise UnsupportedGeneration(f"loop={loop!r} is not a loop form; use one of {', '.join(LOOPS)}")
     if loop == "while":
@@ -361,7 +367,7 @@ def export_generate(
     like ``generate``. The generation settings are baked into the program; the cache lives inside it.
     """
     attention_mask, plan = _planned(model, input_ids, attention_mask, generation_config)
-    program = torch.export.export(DecodeProgram(model, plan, int(input_ids.shape[1]) + plan.max_new_tokens),
+    program = torch.export.export(DecodeProgram(model, plan, cache_length(input_ids, plan)),
                                   (input_ids, attention_mask), strict=strict)
     module = program.module()
 

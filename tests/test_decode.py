@@ -67,6 +67,17 @@ def test_model_break_is_reported_even_where_the_fullgraph_compile_crashes() -> N
     assert "with fullgraph=True the compiler crashed instead: InternalTorchDynamoError" in result.message
 
 
+def test_cache_is_sized_as_generate_sizes_it() -> None:
+    """gpt_neo's local-attention mask depends on the cache size; with one slot more than generate's own static
+    cache (prompt + new - 1) this case, found by the slow property profile, differed from generate."""
+    model = build_tiny("gpt_neo")
+    ids = torch.tensor([[47, 117, 61, 13, 91, 7, 55, 6, 125, 61, 104, 119]])
+    config = GenerationConfig(max_new_tokens=6, do_sample=False, pad_token_id=0, eos_token_id=None)
+    model.generation_config.eos_token_id = None
+    expected = model.generate(input_ids=ids, generation_config=config)
+    assert torch.equal(fullgraph_generate(model, ids, None, config), expected)
+
+
 def test_loop_mismatch_says_whether_the_models_static_cache_is_to_blame() -> None:
     """gpt_neo's local attention is wrong with a static cache longer than its window (16 in the tiny config):
     generate's own static-cache path differs too, so the message blames the model, not the loop."""
