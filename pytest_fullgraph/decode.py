@@ -143,8 +143,8 @@ def cache_length(input_ids: torch.Tensor, plan: DecodePlan) -> int:
 
 
 def new_static_cache(model: PreTrainedModel, max_cache_len: int) -> Any:
-    """A static cache sized for prompt plus new tokens (its tensors are allocated by the first update);
-    recurrent layers (mamba's conv and SSM states) are fixed-size already."""
+    """A static cache of ``max_cache_len`` positions (see ``cache_length``; its tensors are allocated by the
+    first update); recurrent layers (mamba's conv and SSM states) are fixed-size already."""
     from transformers import StaticCache
 
     return StaticCache(config=model.config, max_cache_len=max_cache_len)
