@@ -82,13 +82,16 @@ def check_supported(config: GenerationConfig) -> None:
                                     "supported: 'greedy_search', 'sample'")
 
 
-def prepare(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+def prepare(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor,
             generation_config: GenerationConfig | None) -> DecodePlan:
-    """Resolve the generation config, special tokens and logits processors exactly as ``generate`` does."""
+    """Resolve the generation config, special tokens and logits processors exactly as ``generate`` does.
+
+    ``attention_mask`` is always given: the entry points fill in an all-ones mask, as ``generate`` does.
+    """
     generate_api = cast(Any, model)
     config, _ = generate_api._prepare_generation_config(copy.deepcopy(generation_config))
     check_supported(config)
-    generate_api._prepare_special_tokens(config, attention_mask is not None, device=input_ids.device)
+    generate_api._prepare_special_tokens(config, kwargs_has_attention_mask=True, device=input_ids.device)
     prompt_length = int(input_ids.shape[1])
     if config.max_new_tokens is not None:
         max_new_tokens = int(config.max_new_tokens)
@@ -110,14 +113,12 @@ def prepare(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: tor
                       _mask_when_decoding(model, input_ids, attention_mask))
 
 
-def _mask_when_decoding(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> bool:
+def _mask_when_decoding(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> bool:
     """Ask the model's ``prepare_inputs_for_generation`` whether a decode step receives the attention mask.
 
     Recurrent models drop it after prefill (measured: mamba fed a full-length mask with a one-token input
     broadcasts its hidden states to the mask's length and diverges from ``generate`` at the fourth token).
     """
-    if attention_mask is None:
-        return True
     step_inputs = cast(Any, model).prepare_inputs_for_generation(
         input_ids, attention_mask=attention_mask, use_cache=True, is_first_iteration=False)
     return step_inputs.get("attention_mask") is not None
