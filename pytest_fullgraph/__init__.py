@@ -1,13 +1,24 @@
-"""pytest_fullgraph: does generation compile as one graph, and are its tokens exactly eager's?"""
+"""pytest_fullgraph: does generation compile as one graph, and are its tokens exactly eager's?
+
+Layout, one concern per module (data flows down this list):
+``options`` (command line, environment, ini → ``Settings``), ``models`` (registry and tiny-model records),
+``scenarios`` (inputs and generation settings), ``levels`` (how each level compiles, diagnoses and counts
+graphs), ``check`` (the decision tree), ``compare`` (exact comparison and its explanation), ``decode`` (our
+single-graph loop), ``breaks`` (locating and classifying breaks), ``results`` (the outcome vocabulary and
+result types), ``report`` (schema, merge, gate, renderings), ``session`` / ``plugin`` / ``hookspecs`` (pytest).
+"""
 
 from __future__ import annotations
 
-from pytest_fullgraph.check import OUTCOMES, CheckResult, Mismatch, run_check
-from pytest_fullgraph.registry import ModelSpec, Registry, build_tiny, register_model, tiny_config
+from pytest_fullgraph.check import run_check
+from pytest_fullgraph.levels import Level
+from pytest_fullgraph.models import ModelSpec, Registry, build_tiny, register_model, tiny_config
+from pytest_fullgraph.results import OUTCOMES, CheckResult, Mismatch
 
 __all__ = [
     "OUTCOMES",
     "CheckResult",
+    "Level",
     "Mismatch",
     "ModelSpec",
     "Registry",

@@ -18,9 +18,14 @@ def _parser() -> argparse.ArgumentParser:
     merge = report_commands.add_parser("merge", help="Merge shard reports into one JSON and Markdown report")
     merge.add_argument("reports", nargs="+", metavar="REPORT.json")
     merge.add_argument("-o", "--output", required=True, metavar="DIR", help="Directory for the merged report")
-    compare = report_commands.add_parser("diff", help="Compare against a baseline; exit 1 on regressions")
+    compare = report_commands.add_parser(
+        "diff", help="Compare against a baseline; exit 1 on regressions (missing checks included)")
     compare.add_argument("baseline", metavar="BASELINE.json")
     compare.add_argument("current", metavar="CURRENT.json")
+    compare.add_argument("--allow-missing", action="store_true",
+                         help="A baseline check absent from the current report is a note, not a regression")
+    compare.add_argument("--ratchet", action="store_true",
+                         help="Improvements fail too, so the baseline is refreshed whenever results get better")
     commands.add_parser("models", help="List the built-in models with family and tags")
     return parser
 
@@ -35,18 +40,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             for path in report.write(merged, args.output):
                 print(path)
             return 0
-        regressions, improvements, notes = report.diff(report.load(args.baseline), report.load(args.current))
-        for line in [*regressions, *improvements, *notes]:
+        gate = report.diff(report.load(args.baseline), report.load(args.current),
+                           allow_missing=args.allow_missing, ratchet=args.ratchet)
+        for line in [*gate.regressions, *gate.improvements, *gate.notes]:
             print(line)
-        print(f"{len(regressions)} regression(s), {len(improvements)} improvement(s)")
-        return 1 if regressions else 0
+        print(gate.summary())
+        if gate.changed:
+            refresh = report.refresh_command(args.baseline, args.current)
+            print(f"to accept the current report as the baseline: {refresh}")
+        return 1 if gate.failed else 0
     except report.ReportError as error:
         print(f"pytest_fullgraph: error: {error}", file=sys.stderr)
         return 2
 
 
 def _models() -> int:
-    from pytest_fullgraph.registry import session_registry
+    from pytest_fullgraph.models import session_registry
 
     for spec in session_registry():
         print(f"{spec.name:14} family={spec.family:10} tags={','.join(sorted(spec.tags))}")

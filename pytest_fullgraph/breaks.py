@@ -13,14 +13,18 @@ import sysconfig
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pytest_fullgraph.results import BreakRecord, Frame, first_line
 
 #: First matching rule wins. ``path`` is matched against the frame's display path (relative to
 #: site-packages or the repo), ``function`` against its function name, ``source`` against its line.
 ORIGIN_RULES: tuple[tuple[str, str, str, str], ...] = (
     # (origin, path regex, function regex, source regex)
+    # Our own generation loop first: a break there is the loop's fault, whatever the statement does.
+    ("loop", r"^pytest_fullgraph/decode\.py$", r"", r""),
     ("sampling", r"", r"", r"multinomial|\bsample\b|softmax\(.*probs|torch\.(rand|bernoulli)"),
     ("sampling", r"^transformers/generation/logits_process\.py$", r"", r""),
     ("eos", r"^transformers/generation/stopping_criteria\.py$", r"", r""),
@@ -35,7 +39,7 @@ ORIGIN_RULES: tuple[tuple[str, str, str, str], ...] = (
     ("integration", r"^transformers/", r"", r""),
     ("torch", r"^torch/", r"", r""),
 )
-ORIGINS = ("model", "sampling", "eos", "cache", "masking", "generation", "integration", "torch", "user")
+ORIGINS = ("model", "sampling", "eos", "cache", "masking", "generation", "integration", "torch", "loop", "user")
 
 #: gb_types that dynamo raises *because of* a break nested deeper; the nested break is the root cause.
 CONSEQUENCE_GB_TYPES = frozenset({
@@ -45,54 +49,6 @@ CONSEQUENCE_GB_TYPES = frozenset({
 })  # fmt: skip
 
 _GB_ID_IN_MESSAGE = re.compile(r"/gb/gb(\d{4})\.html", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class Frame:
-    """One user-stack frame, its path shown relative to site-packages or the project root."""
-
-    file: str
-    line: int
-    function: str
-    source: str = ""
-
-    def where(self) -> str:
-        return f"{self.file}:{self.line}"
-
-
-@dataclass
-class BreakRecord:
-    """One graph break (or compile failure) located in the code under test and given an origin."""
-
-    exception: str
-    gb_type: str
-    gb_id: str | None
-    message: str
-    file: str
-    line: int
-    function: str
-    source: str
-    origin: str
-    root_cause: bool = True
-    #: how often dynamo met this break in one run (restarts and resumed frames meet it again)
-    hits: int = 1
-    stack: list[Frame] = field(default_factory=list)
-
-    def where(self) -> str:
-        return f"{self.file}:{self.line}" if self.file else "<unknown location>"
-
-    def summary(self) -> str:
-        gb = f" [{self.gb_id}]" if self.gb_id else ""
-        return f"{self.gb_type}{gb} at {self.where()} in {self.function} ({self.origin}): {self.message}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> BreakRecord:
-        fields = dict(data)
-        fields["stack"] = [Frame(**frame) for frame in fields.get("stack", [])]
-        return cls(**fields)
 
 
 def compile_failure_types() -> tuple[type[BaseException], ...]:
@@ -116,6 +72,8 @@ def _library_prefixes() -> tuple[str, ...]:
     candidates.update(site.getsitepackages())
     candidates.add(site.getusersitepackages())
     candidates.update(p for p in sys.path if p.endswith(("site-packages", "dist-packages")))
+    # This package's own parent: an editable install shows ``pytest_fullgraph/decode.py`` from any directory.
+    candidates.add(str(Path(__file__).resolve().parent.parent))
     return tuple(str(Path(p).resolve()) + "/" for p in candidates if p)
 
 
@@ -139,6 +97,13 @@ def _is_torch_internal(path: str) -> bool:
 #: Frames of the harness (pytest, xdist, this plugin, the interpreter's entry): a break's stack starts
 #: below the innermost of them, so it holds only the code under test and is the same however pytest ran.
 HARNESS_PREFIXES = ("_pytest/", "pluggy/", "xdist/", "execnet/", "pytest/", "pytest_fullgraph/", "<")
+#: Modules of this package that are code under test, not harness: the generation loop. Their frames stay in
+#: a break's stack, so a break in the loop is located there (origin ``loop``).
+UNDER_TEST_PREFIXES = ("pytest_fullgraph/decode.py",)
+
+
+def is_harness(frame: Frame) -> bool:
+    return frame.file.startswith(HARNESS_PREFIXES) and not frame.file.startswith(UNDER_TEST_PREFIXES)
 
 
 def statement_at(filename: str, line: int, first: str, max_lines: int = 8) -> str:
@@ -160,7 +125,7 @@ def frames_from(summaries: list[traceback.FrameSummary] | traceback.StackSummary
     frames = [Frame(display_path(s.filename), s.lineno or 0, s.name,
                     statement_at(s.filename, s.lineno or 0, s.line or ""))
               for s in (summaries or [])]
-    harness = [index for index, frame in enumerate(frames) if frame.file.startswith(HARNESS_PREFIXES)]
+    harness = [index for index, frame in enumerate(frames) if is_harness(frame)]
     return frames[harness[-1] + 1:] if harness else frames
 
 
@@ -211,10 +176,6 @@ def gb_id_for(gb_type: str, message: str) -> str | None:
     return f"GB{found.group(1)}" if found else None
 
 
-def _first_line(message: str) -> str:
-    return next((line.strip() for line in message.splitlines() if line.strip()), "")
-
-
 def record_from_exception(error: BaseException, user_stack: Any = None) -> BreakRecord:
     """Locate and classify the break a fullgraph compile raised (or any compile failure)."""
     message = str(error)
@@ -227,7 +188,7 @@ def record_from_exception(error: BaseException, user_stack: Any = None) -> Break
         exception=f"{type(error).__module__}.{type(error).__qualname__}",
         gb_type=gb_type,
         gb_id=gb_id_for(gb_type, message),
-        message=_first_line(message),
+        message=first_line(message),
         file=where.file if where else "",
         line=where.line if where else 0,
         function=where.function if where else "",
@@ -319,7 +280,7 @@ _OBJECT_ID = re.compile(r"\b0x[0-9a-fA-F]+\b|\b\d{9,}\b")
 
 def normalise_reason(reason: str) -> str:
     """A recompile reason's first line, object ids and addresses masked: equal in every process."""
-    return _OBJECT_ID.sub("<id>", _first_line(reason))
+    return _OBJECT_ID.sub("<id>", first_line(reason))
 
 
 def _reasons(payload: str) -> list[str]:
@@ -330,19 +291,30 @@ def _reasons(payload: str) -> list[str]:
     return [normalise_reason(str(item)) for item in (parsed if isinstance(parsed, list) else [parsed])]
 
 
-def counting_backend(backend: str, trace: CompileTrace) -> Any:
+class CountingBackend:
+    """A ``torch.compile`` backend that counts each graph dynamo hands it (with its op count) in ``trace``,
+    then compiles it with the named backend."""
+
+    def __init__(self, backend: str, trace: CompileTrace) -> None:
+        self.name = backend
+        self.trace = trace
+        self.__name__ = f"counting_{backend}"
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> CountingBackend:
+        # transformers deep-copies the generation config that holds the backend: the copy must count here too
+        return self
+
+    def __call__(self, graph_module: Any, example_inputs: Any) -> Any:
+        from torch._dynamo import lookup_backend
+
+        self.trace.graph_ops.append(sum(1 for node in graph_module.graph.nodes
+                                        if node.op in ("call_function", "call_method", "call_module")))
+        return lookup_backend(self.name)(graph_module, example_inputs)
+
+
+def counting_backend(backend: str, trace: CompileTrace) -> CountingBackend:
     """Wrap a named backend so each graph dynamo hands it is counted, with its op count."""
-    from torch._dynamo import lookup_backend
-
-    compiler = lookup_backend(backend)
-
-    def count_then_compile(graph_module: Any, example_inputs: Any) -> Any:
-        trace.graph_ops.append(sum(1 for node in graph_module.graph.nodes if node.op == "call_function"
-                                   or node.op == "call_method" or node.op == "call_module"))
-        return compiler(graph_module, example_inputs)
-
-    count_then_compile.__name__ = f"counting_{backend}"
-    return count_then_compile
+    return CountingBackend(backend, trace)
 
 
 @contextmanager

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_fullgraph.registry import Registry
+from pytest_fullgraph.models import Registry
 
 BACKENDS = ("eager", "aot_eager", "inductor")
 DEFAULT_MODELS = "llama,gemma"

@@ -7,8 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_fullgraph import check, hookspecs, options, registry, report
-from pytest_fullgraph.session import REPORT_ATTRIBUTE, RESULT_KEY, FullgraphSession
+from pytest_fullgraph import hookspecs, models, options, report
+from pytest_fullgraph.levels import builtin_levels
+from pytest_fullgraph.results import CheckResult
+from pytest_fullgraph.scenarios import SCENARIOS
+from pytest_fullgraph.session import REPORT_ATTRIBUTE, RESULT_KEY, FullgraphSession, KnownLimitation
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -26,16 +29,18 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: runs only in the slow tier (--run-slow, RUN_SLOW or ini)")
-    models = registry.session_registry()
-    config.hook.pytest_fullgraph_register_models(registry=models)
-    settings = options.resolve_settings(config, models)
-    session = FullgraphSession(settings, models, is_worker=hasattr(config, "workerinput"))
+    registry = models.session_registry()
+    config.hook.pytest_fullgraph_register_models(registry=registry)
+    levels = builtin_levels()
+    config.hook.pytest_fullgraph_register_levels(levels=levels)
+    settings = options.resolve_settings(config, registry)
+    session = FullgraphSession(settings, registry, levels, is_worker=hasattr(config, "workerinput"))
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(_ControllerHooks(session), f"fullgraph-session-{id(config)}")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    registry.forget_external_models()
+    models.forget_external_models()
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -47,12 +52,15 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Parametrize in model, scenario, level order, giving ids like ``llama-greedy-forward``."""
-    settings = metafunc.config.stash[SESSION_KEY].settings
-    axes = (("fullgraph_model_name", settings.models), ("fullgraph_scenario", tuple(check.SCENARIOS)),
-            ("fullgraph_level", tuple(check.LEVELS)))
-    for fixture_name, values in axes:
+    for fixture_name, values in _axes(metafunc.config.stash[SESSION_KEY]).items():
         if fixture_name in metafunc.fixturenames:
             metafunc.parametrize(fixture_name, values, ids=list(values))
+
+
+def _axes(session: FullgraphSession) -> dict[str, tuple[str, ...]]:
+    """The parametrized fixtures and their values, in test-id order; the same on every xdist worker."""
+    return {"fullgraph_model_name": session.settings.models, "fullgraph_scenario": tuple(SCENARIOS),
+            "fullgraph_level": tuple(session.levels)}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -73,6 +81,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
+def _worker_id(node: Any) -> str:
+    return str(getattr(node, "workerinput", {}).get("workerid", node))
+
+
 class _ControllerHooks:
     """Hooks bound to this run's session; registered per config, so pytester's nested runs stay apart.
 
@@ -81,19 +93,52 @@ class _ControllerHooks:
 
     def __init__(self, session: FullgraphSession) -> None:
         self.session = session
+        self.collecting = False
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         data = getattr(report, REPORT_ATTRIBUTE, None)
         if data is not None and not self.session.is_worker:
-            self.session.results.append(check.CheckResult.from_dict(data))
+            self.session.results.append(CheckResult.from_dict(data))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object | None) -> None:
         if error is not None:
-            worker_id = getattr(node, "workerinput", {}).get("workerid", str(node))
-            self.session.crashed_workers.append({"node": str(worker_id), "error": str(error).strip()[:500]})
+            self.session.crashed_workers.append({"node": _worker_id(node), "error": str(error).strip()[:500]})
 
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+        """xdist names the test a dead worker was running; a check among them is recorded as ``error``."""
+        axes = _axes(self.session)
+        self.session.record_crash(crashitem, _worker_id(getattr(report, "node", None)),
+                                  {"models": axes["fullgraph_model_name"], "scenarios": axes["fullgraph_scenario"],
+                                   "levels": axes["fullgraph_level"]})
+
+    def pytest_plugin_registered(self, plugin: object, manager: pytest.PytestPluginManager) -> None:
+        """A conftest loaded during collection cannot add models or levels any more: say so, not "unknown"."""
+        if not self.collecting:
+            return
+        late = [name for name in ("pytest_fullgraph_register_models", "pytest_fullgraph_register_levels")
+                if hasattr(plugin, name)]
+        if late:
+            where = getattr(plugin, "__file__", None) or repr(plugin)
+            raise pytest.UsageError(f"{where} implements {', '.join(late)} but was loaded during collection, "
+                                    f"after the session chose its models and levels; {models.REGISTRATION_HINT}")
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection(self, session: pytest.Session) -> None:
+        self.collecting = True
+        models.close_registrations(True)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.collecting = False
+        models.close_registrations(False)
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int | pytest.ExitCode) -> None:
+        stopped = session.shouldstop or session.shouldfail
+        self.session.run_status = {
+            "exitstatus": int(exitstatus),
+            "interrupted": int(exitstatus) == pytest.ExitCode.INTERRUPTED or bool(stopped),
+        }
         if self.session.is_worker or self.session.settings.report_dir is None:
             return
         self.session.written = report.write(self.session.build_report(), self.session.settings.report_dir)
@@ -121,13 +166,15 @@ def fullgraph_settings(pytestconfig: pytest.Config) -> options.Settings:
 def fullgraph_model(pytestconfig: pytest.Config, fullgraph_model_name: str) -> PreTrainedModel:
     """The selected model, built once per worker; a build failure errors this test only."""
     built = pytestconfig.stash[SESSION_KEY].model(fullgraph_model_name)
+    if isinstance(built, KnownLimitation):
+        pytest.xfail(f"known limitation of model {fullgraph_model_name!r}: {built}")
     if isinstance(built, BaseException):
         raise RuntimeError(f"model {fullgraph_model_name!r} failed to build") from built
     return built
 
 
 @pytest.fixture
-def fullgraph_check(request: pytest.FixtureRequest) -> Callable[..., check.CheckResult]:
+def fullgraph_check(request: pytest.FixtureRequest) -> Callable[..., CheckResult]:
     """Run one check: ``fullgraph_check(model, scenario, level)`` → ``CheckResult``.
 
     The result is recorded for the report and JUnit, then judged (xfail on a break unless strict, fail on
@@ -135,11 +182,11 @@ def fullgraph_check(request: pytest.FixtureRequest) -> Callable[..., check.Check
     """
     fullgraph_session: FullgraphSession = request.config.stash[SESSION_KEY]
 
-    def run(model: str, scenario: str, level: str, *, verdict: bool = True) -> check.CheckResult:
+    def run(model: str, scenario: str, level: str, *, verdict: bool = True) -> CheckResult:
         result = fullgraph_session.run(model, scenario, level)
         request.node.stash[RESULT_KEY] = result
         first = result.first_break
-        for name, value in (("fullgraph_outcome", result.outcome), ("graph_breaks", len(result.breaks)),
+        for name, value in (("fullgraph_outcome", result.outcome), ("graph_breaks", len(result.break_records())),
                             ("first_break", first.summary() if first else "")):
             request.node.user_properties.append((name, value))
         if verdict:

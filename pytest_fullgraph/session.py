@@ -1,4 +1,4 @@
-"""Per-run state behind the plugin's hooks: settings, built models, and the results seen so far."""
+"""Per-run state behind the plugin's hooks: settings, models, levels, built models and the results so far."""
 
 from __future__ import annotations
 
@@ -8,54 +8,98 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_fullgraph import check, report
+from pytest_fullgraph import report
+from pytest_fullgraph.levels import Levels
+from pytest_fullgraph.models import Registry
 from pytest_fullgraph.options import Settings
-from pytest_fullgraph.registry import Registry
+from pytest_fullgraph.results import BREAK, ERROR, PASS, CheckResult
+from pytest_fullgraph.scenarios import SCENARIOS
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 #: Where a test's result travels from the fixture to its report (and from workers to the controller).
-RESULT_KEY = pytest.StashKey["check.CheckResult"]()
+RESULT_KEY = pytest.StashKey[CheckResult]()
 REPORT_ATTRIBUTE = "fullgraph_result"
+
+
+class KnownLimitation(Exception):
+    """A registered model that is known not to run; its checks say why instead of building it."""
 
 
 @dataclass
 class FullgraphSession:
     settings: Settings
     registry: Registry
+    levels: Levels
     is_worker: bool = False
-    results: list[check.CheckResult] = field(default_factory=list)
+    results: list[CheckResult] = field(default_factory=list)
     crashed_workers: list[dict[str, str]] = field(default_factory=list)
+    run_status: dict[str, Any] = field(default_factory=lambda: {"exitstatus": None, "interrupted": False})
     written: list[Path] = field(default_factory=list)
     _built: dict[str, Any] = field(default_factory=dict)
 
     def build_report(self) -> report.Report:
-        return report.Report(report.environment(self.settings.describe()), list(self.results),
-                             list(self.crashed_workers))
+        descriptions = {"levels": self.levels.descriptions(),
+                        "scenarios": {name: scenario.description for name, scenario in SCENARIOS.items()}}
+        return report.Report(report.environment(self.settings.describe(), self.results, descriptions),
+                             list(self.results), list(self.crashed_workers), dict(self.run_status))
 
     def model(self, name: str) -> PreTrainedModel | BaseException:
         """The built model, or the exception its build raised; built once per process and name."""
         if name not in self._built:
             if name not in self.registry:
                 raise pytest.UsageError(f"unknown model {name!r}; {self.registry.describe_choices()}")
+            spec = self.registry[name]
             try:
-                self._built[name] = self.registry[name].build()
+                if spec.known_reason:
+                    raise KnownLimitation(spec.known_reason)
+                self._built[name] = spec.build()
             except Exception as error:  # a broken model must not take the others down
                 self._built[name] = error
         return self._built[name]
 
-    def run(self, model_name: str, scenario: str, level: str) -> check.CheckResult:
-        for value, allowed, what in ((scenario, check.SCENARIOS, "scenario"), (level, check.LEVELS, "level")):
+    def run(self, model_name: str, scenario: str, level: str) -> CheckResult:
+        from pytest_fullgraph.check import run_check
+
+        for value, allowed, what in ((scenario, list(SCENARIOS), "scenario"), (level, list(self.levels), "level")):
             if value not in allowed:
                 raise pytest.UsageError(f"unknown {what} {value!r}; valid: {', '.join(allowed)}")
-        return check.run_check(self.model(model_name), model_name, scenario, level, self.settings.backend,
-                               self.settings.max_new_tokens, diagnose=self.settings.breaks == "all")
+        model = self.model(model_name)
+        if isinstance(model, KnownLimitation):
+            return CheckResult(model_name, scenario, level, self.settings.backend, self.settings.max_new_tokens,
+                               ERROR, f"known limitation of model {model_name!r}: {model}")
+        return run_check(model, model_name, SCENARIOS[scenario], self.levels[level], self.settings.backend,
+                         self.settings.max_new_tokens, diagnose=self.settings.breaks == "all")
 
-    def apply_verdict(self, result: check.CheckResult) -> None:
-        """pass → pass; break → xfail (fail when strict); mismatch, error, nondeterministic → fail."""
-        if result.outcome == "pass":
+    def apply_verdict(self, result: CheckResult) -> None:
+        """pass → pass; break or known limitation → xfail (fail when strict); mismatch, error, nondet → fail."""
+        if result.outcome == PASS:
             return
-        if result.outcome == "break" and not self.settings.strict:
-            pytest.xfail(f"graph break: {result.message}")
+        known = result.model in self.registry and bool(self.registry[result.model].known_reason)
+        if not self.settings.strict and (result.outcome == BREAK or known):
+            pytest.xfail(f"graph break: {result.message}" if result.outcome == BREAK else result.message)
         pytest.fail(f"{result.outcome}: {result.message}", pytrace=False)
+
+    def record_crash(self, nodeid: str, worker: str, axes: dict[str, tuple[str, ...]]) -> None:
+        """A worker died while running ``nodeid``: name the test, and record the check as an error if it is one.
+
+        The controller does not collect items under xdist, so the check is read back from the test id, whose
+        parameters are model-scenario-level in that order (``pytest_generate_tests``); ``axes`` holds the
+        allowed values of each.
+        """
+        for worker_entry in self.crashed_workers:
+            if worker_entry.get("node") == worker and not worker_entry.get("test"):
+                worker_entry["test"] = nodeid
+                break
+        else:
+            self.crashed_workers.append({"node": worker, "error": "worker crashed", "test": nodeid})
+        parameters = nodeid.rpartition("[")[2].rstrip("]") if nodeid.endswith("]") else ""
+        for model in axes["models"]:
+            for scenario in axes["scenarios"]:
+                for level in axes["levels"]:
+                    if parameters == f"{model}-{scenario}-{level}":
+                        self.results.append(CheckResult(
+                            model, scenario, level, self.settings.backend, self.settings.max_new_tokens, ERROR,
+                            f"worker {worker} crashed while running this check ({nodeid})"))
+                        return

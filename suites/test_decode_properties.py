@@ -15,11 +15,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from transformers import GenerationConfig, PreTrainedModel
 
-from pytest_fullgraph import tiny_configs
 from pytest_fullgraph.breaks import compile_failure_types
-from pytest_fullgraph.check import model_generation_defaults, static_cache_verdict, vocab_size
+from pytest_fullgraph.compare import static_cache_verdict
 from pytest_fullgraph.decode import LOOPS, UnsupportedGeneration, fullgraph_generate
+from pytest_fullgraph.generation import generate_fn
+from pytest_fullgraph.models import tiny
 from pytest_fullgraph.options import Settings
+from pytest_fullgraph.results import first_line
+from pytest_fullgraph.scenarios import left_padded_prompts, model_generation_defaults, moved_to, vocab_size
 
 FAST_EXAMPLES = 20
 SLOW_EXAMPLES = 100
@@ -35,22 +38,15 @@ def generation_cases(draw: st.DrawFn, vocab: int, loops: tuple[str, ...]) -> dic
     batch = draw(st.integers(1, 3))
     lengths = draw(st.lists(st.integers(1, 12), min_size=batch, max_size=batch))
     seed = draw(st.integers(0, 2**16))
-    generator = torch.Generator().manual_seed(seed)
-    width = max(lengths)
-    input_ids = torch.full((batch, width), tiny_configs.PAD_TOKEN_ID, dtype=torch.long)
-    attention_mask = torch.zeros_like(input_ids)
-    for row, length in enumerate(lengths):
-        input_ids[row, width - length:] = torch.randint(tiny_configs.FIRST_PROMPT_ID, vocab, (length,),
-                                                        generator=generator)
-        attention_mask[row, width - length:] = 1
-    eos = draw(st.one_of(st.none(), st.integers(tiny_configs.FIRST_PROMPT_ID, vocab - 1),
-                         st.lists(st.integers(tiny_configs.FIRST_PROMPT_ID, vocab - 1), min_size=2, max_size=3)))
+    prompts = left_padded_prompts(lengths, seed, vocab)
+    eos = draw(st.one_of(st.none(), st.integers(tiny.FIRST_PROMPT_ID, vocab - 1),
+                         st.lists(st.integers(tiny.FIRST_PROMPT_ID, vocab - 1), min_size=2, max_size=3)))
     loop = draw(st.sampled_from(loops))
     config: dict[str, Any] = {
         "max_new_tokens": draw(st.integers(1, 6)),
         "do_sample": draw(st.booleans()),
         "eos_token_id": eos,
-        "pad_token_id": tiny_configs.PAD_TOKEN_ID,
+        "pad_token_id": tiny.PAD_TOKEN_ID,
         # the while_loop form refuses processors that read the growing sequence
         "repetition_penalty": draw(st.sampled_from([None, 1.3])) if loop == "unrolled" else None,
         "min_new_tokens": draw(st.sampled_from([None, 2])) if loop == "unrolled" else None,
@@ -60,14 +56,14 @@ def generation_cases(draw: st.DrawFn, vocab: int, loops: tuple[str, ...]) -> dic
                       top_k=draw(st.sampled_from([None, 5, 40])),
                       top_p=draw(st.sampled_from([None, 0.8])),
                       min_p=draw(st.sampled_from([None, 0.05])))
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "seed": seed, "loop": loop,
+    return {**prompts, "seed": seed, "loop": loop,
             "config": GenerationConfig(**{k: v for k, v in config.items() if v is not None or k == "eos_token_id"})}
 
 
 def supported_loops(model: PreTrainedModel) -> tuple[str, ...]:
     """Loop forms fullgraph_generate offers this model; skips the test, with the reason, if none."""
-    probe = torch.tensor([[tiny_configs.FIRST_PROMPT_ID] * 2])
-    config = GenerationConfig(max_new_tokens=1, pad_token_id=tiny_configs.PAD_TOKEN_ID)
+    probe = torch.tensor([[tiny.FIRST_PROMPT_ID] * 2])
+    config = GenerationConfig(max_new_tokens=1, pad_token_id=tiny.PAD_TOKEN_ID)
     loops = []
     reasons = []
     for loop in LOOPS:
@@ -99,14 +95,14 @@ def model_does_not_compile(model: PreTrainedModel, loop: str) -> str | None:
     A failure there is the model's (its forward breaks; the conformance suite's decode level locates it),
     so the compiled half of the property becomes an xfail; a failure only on a drawn case is a loop bug.
     """
-    probe = torch.tensor([[tiny_configs.FIRST_PROMPT_ID] * 4] * 2)
-    config = GenerationConfig(max_new_tokens=2, do_sample=False, pad_token_id=tiny_configs.PAD_TOKEN_ID)
+    probe = torch.tensor([[tiny.FIRST_PROMPT_ID] * 4] * 2)
+    config = GenerationConfig(max_new_tokens=2, do_sample=False, pad_token_id=tiny.PAD_TOKEN_ID)
     torch._dynamo.reset()
     try:
         with torch.no_grad(), model_generation_defaults(model, None):
             fullgraph_generate(model, probe, None, config, loop=loop, compiler=compile_loop)
     except compile_failure_types() as error:
-        return f"{type(error).__name__}: {str(error).splitlines()[0]}"
+        return f"{type(error).__name__}: {first_line(error)}"
     return None
 
 
@@ -122,7 +118,7 @@ def test_fullgraph_generate_matches_generate_and_compiles_exactly(fullgraph_mode
     def check(case: dict[str, Any]) -> None:
         ids, mask, config, seed = case["input_ids"], case["attention_mask"], case["config"], case["seed"]
         with torch.no_grad(), model_generation_defaults(model, config.eos_token_id):
-            expected = run_seeded(seed, lambda: model.generate(input_ids=ids, attention_mask=mask,
+            expected = run_seeded(seed, lambda: generate_fn(model)(input_ids=ids, attention_mask=mask,
                                                                generation_config=config))
             loop = case["loop"]
             eager = run_seeded(seed, lambda: fullgraph_generate(model, ids, mask, config, loop=loop))
@@ -157,14 +153,13 @@ def test_fullgraph_generate_matches_generate_and_compiles_exactly(fullgraph_mode
                     "(mode='reduce-overhead') need a GPU")
 def test_decode_under_cudagraphs_matches_eager(fullgraph_model: PreTrainedModel) -> None:
     """On a GPU, the loop compiled by inductor with cudagraphs gives eager's tokens."""
-    model = fullgraph_model.to("cuda")
-    ids = torch.randint(tiny_configs.FIRST_PROMPT_ID, vocab_size(model), (2, 8), device="cuda",
-                        generator=torch.Generator(device="cuda").manual_seed(0))
-    config = GenerationConfig(max_new_tokens=8, do_sample=False, pad_token_id=tiny_configs.PAD_TOKEN_ID)
-    with torch.no_grad(), model_generation_defaults(model, None):
-        eager = fullgraph_generate(model, ids, None, config)
-        torch._dynamo.reset()
-        compiled = fullgraph_generate(model, ids, None, config, compiler=lambda loop: torch.compile(
-            loop, fullgraph=True, backend="inductor", mode="reduce-overhead"))
-    assert torch.equal(compiled, eager)
-    fullgraph_model.to("cpu")
+    with moved_to(fullgraph_model, "cuda") as model:
+        ids = torch.randint(tiny.FIRST_PROMPT_ID, vocab_size(model), (2, 8), device="cuda",
+                            generator=torch.Generator(device="cuda").manual_seed(0))
+        config = GenerationConfig(max_new_tokens=8, do_sample=False, pad_token_id=tiny.PAD_TOKEN_ID)
+        with torch.no_grad(), model_generation_defaults(model, None):
+            eager = fullgraph_generate(model, ids, None, config)
+            torch._dynamo.reset()
+            compiled = fullgraph_generate(model, ids, None, config, compiler=lambda loop: torch.compile(
+                loop, fullgraph=True, backend="inductor", mode="reduce-overhead"))
+        assert torch.equal(compiled, eager)

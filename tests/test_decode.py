@@ -10,6 +10,7 @@ from transformers import GenerationConfig
 
 from pytest_fullgraph import build_tiny
 from pytest_fullgraph.decode import UnsupportedGeneration, fullgraph_generate
+from pytest_fullgraph.generation import generate_fn
 from tests.conftest import PLANTED_BREAK_LINE, checks_by_id, read_report
 
 
@@ -30,11 +31,11 @@ def test_eager_loop_equals_generate_with_eos_list_and_min_new_tokens() -> None:
     model = build_tiny("gemma")
     ids = torch.tensor([[0, 0, 5, 6], [7, 8, 9, 10]])
     mask = (ids != 0).long()
-    free = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=6, do_sample=False, pad_token_id=0,
+    free = generate_fn(model)(input_ids=ids, attention_mask=mask, max_new_tokens=6, do_sample=False, pad_token_id=0,
                           eos_token_id=None)
     eos = [int(free[0, 5]), int(free[1, 6])]  # tokens the rows really emit, so both stop early
     config = GenerationConfig(max_new_tokens=6, min_new_tokens=2, do_sample=False, pad_token_id=0, eos_token_id=eos)
-    expected = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+    expected = generate_fn(model)(input_ids=ids, attention_mask=mask, generation_config=config)
     assert expected.shape[1] < 10 or (expected == 0).any()  # EOS really cut or padded the output
     assert torch.equal(fullgraph_generate(model, ids, mask, config), expected)
 
@@ -47,7 +48,7 @@ def test_recurrent_model_gets_its_mask_at_prefill_only_like_generate() -> None:
     mask = (ids != 0).long()
     config = GenerationConfig(max_new_tokens=8, do_sample=False, pad_token_id=0, eos_token_id=None)
     model.generation_config.eos_token_id = None
-    expected = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+    expected = generate_fn(model)(input_ids=ids, attention_mask=mask, generation_config=config)
     assert torch.equal(fullgraph_generate(model, ids, mask, config), expected)
     with pytest.raises(UnsupportedGeneration, match="MambaForCausalLM uses LinearAttentionLayer"):
         fullgraph_generate(model, ids, mask, config, loop="while")
@@ -74,7 +75,7 @@ def test_cache_is_sized_as_generate_sizes_it() -> None:
     ids = torch.tensor([[47, 117, 61, 13, 91, 7, 55, 6, 125, 61, 104, 119]])
     config = GenerationConfig(max_new_tokens=6, do_sample=False, pad_token_id=0, eos_token_id=None)
     model.generation_config.eos_token_id = None
-    expected = model.generate(input_ids=ids, generation_config=config)
+    expected = generate_fn(model)(input_ids=ids, generation_config=config)
     assert torch.equal(fullgraph_generate(model, ids, None, config), expected)
 
 
@@ -144,7 +145,7 @@ def test_while_loop_form_is_one_graph_of_constant_size_and_exact(do_sample: bool
                                   pad_token_id=0, eos_token_id=None)
         model.generation_config.eos_token_id = None
         torch.manual_seed(7)
-        expected = model.generate(input_ids=ids, generation_config=config)
+        expected = generate_fn(model)(input_ids=ids, generation_config=config)
         compiled, graph_ops = _compiled_while(model, ids, config, seed=7)
         assert torch.equal(compiled, expected)
         assert len(graph_ops) == 1
@@ -155,10 +156,10 @@ def test_while_loop_form_is_one_graph_of_constant_size_and_exact(do_sample: bool
 def test_while_loop_form_stops_early_on_eos_like_generate() -> None:
     model = build_tiny("gemma")
     ids = torch.randint(3, 128, (2, 6), generator=torch.Generator().manual_seed(4))
-    free = model.generate(input_ids=ids, max_new_tokens=8, do_sample=False, pad_token_id=0, eos_token_id=None)
+    free = generate_fn(model)(input_ids=ids, max_new_tokens=8, do_sample=False, pad_token_id=0, eos_token_id=None)
     config = GenerationConfig(max_new_tokens=8, do_sample=False, pad_token_id=0,
                               eos_token_id=[int(free[0, 7]), int(free[1, 8])])
-    expected = model.generate(input_ids=ids, generation_config=config)
+    expected = generate_fn(model)(input_ids=ids, generation_config=config)
     compiled, _ = _compiled_while(model, ids, config, seed=0)
     assert torch.equal(compiled, expected)
     assert expected.shape[1] < 14  # both rows stopped before max_new_tokens: the loop exited early

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_fullgraph.registry import Registry, session_registry
+from pytest_fullgraph.models import Registry, session_registry
 
 HEADER_TEST = "def test_nothing(fullgraph_settings):\n    pass\n"
 

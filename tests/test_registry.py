@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pytest_fullgraph import tiny_configs
-from pytest_fullgraph.registry import build_tiny
+from pytest_fullgraph.generation import generate_fn
+from pytest_fullgraph.models import build_tiny, tiny
 
 REQUIRED = (
     "llama", "gemma", "gemma2", "gemma3_text", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3",
@@ -17,14 +17,14 @@ REQUIRED = (
 
 @pytest.mark.parametrize("model_type", REQUIRED)
 def test_builtin_model_is_tiny_seeded_and_generates(model_type: str) -> None:
-    assert model_type in tiny_configs.POPULAR_MODEL_TYPES
+    assert model_type in tiny.RECORDS
     model = build_tiny(model_type)
     assert not model.training
     assert sum(p.numel() for p in model.parameters()) < 1_000_000
     again = build_tiny(model_type)
     for (name, first), (_, second) in zip(model.state_dict().items(), again.state_dict().items(), strict=True):
         assert torch.equal(first, second), f"{model_type}: {name} differs between two builds"
-    output = model.generate(torch.tensor([[5, 6, 7]]), max_new_tokens=2, do_sample=False, pad_token_id=0)
+    output = generate_fn(model)(torch.tensor([[5, 6, 7]]), max_new_tokens=2, do_sample=False, pad_token_id=0)
     assert output.shape == (1, 5)
 
 

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from pytest_fullgraph import report
-from pytest_fullgraph.breaks import BreakRecord
-from pytest_fullgraph.check import CheckResult
+from pytest_fullgraph.results import BreakRecord, CheckResult
 
 ENVIRONMENT = {"torch": "2.13.0", "transformers": "5.24.0", "backend": "aot_eager", "max_new_tokens": 4}
 
@@ -40,7 +39,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_round_trip_keeps_every_field(tmp_path: Path) -> None:
     checks = [a_result("llama", "break", [a_break(10), a_break(20)]), a_result("gemma", "pass", level="forward")]
     loaded = report.load(save(tmp_path, checks))
-    assert loaded.sorted_checks() == sorted(checks, key=report.check_key)
+    assert loaded.sorted_checks() == sorted(checks, key=lambda result: result.key)
 
 
 def test_diff_identical_passes_and_regression_fails(tmp_path: Path) -> None:
@@ -116,7 +115,7 @@ def test_interrupted_write_keeps_the_previous_file(tmp_path: Path, monkeypatch: 
     def crash(*args: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(report.os, "replace", crash)
+    monkeypatch.setattr(report.schema.os, "replace", crash)
     with pytest.raises(KeyboardInterrupt):
         report.write_atomic(target, "{ truncated")
     assert json.loads(target.read_text()) == {"complete": True}

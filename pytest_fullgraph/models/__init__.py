@@ -1,4 +1,7 @@
-"""Model registry: names mapped to ``ModelSpec``s that build tiny, seeded causal LMs without downloads."""
+"""The model registry: names mapped to ``ModelSpec``s that build tiny, seeded causal LMs without downloads.
+
+The data behind the built-in models (the generic shrink and one record per model type) is in ``tiny``.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pytest_fullgraph import tiny_configs
+from pytest_fullgraph.models.tiny import DROP, GENERIC_SHRINK, RECORDS
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
@@ -29,6 +32,8 @@ class ModelSpec:
     build: Callable[[], PreTrainedModel]
     family: str = ""
     tags: frozenset[str] = field(default_factory=frozenset)
+    #: why this model cannot be checked; its checks are then xfail with this reason, not built
+    known_reason: str = ""
 
     def __post_init__(self) -> None:
         if not self.name or "," in self.name or self.name in KEYWORDS or self.name != self.name.strip():
@@ -54,9 +59,10 @@ def tiny_config_kwargs(model_type: str) -> dict[str, Any]:
         default = config_class()
     finally:
         transformers_logger.setLevel(previous_level)
-    kwargs = {key: value for key, value in tiny_configs.GENERIC_SHRINK.items() if hasattr(default, key)}
-    kwargs.update(tiny_configs.OVERRIDES.get(model_type, {}))
-    return {key: value for key, value in kwargs.items() if value is not None or key == "sliding_window"}
+    kwargs = {key: value for key, value in GENERIC_SHRINK.items() if hasattr(default, key)}
+    record = RECORDS.get(model_type)
+    kwargs.update(record.overrides if record else {})
+    return {key: value for key, value in kwargs.items() if value is not DROP}
 
 
 def tiny_config(model_type: str) -> PretrainedConfig:
@@ -78,18 +84,25 @@ def build_tiny(model_type: str, seed: int = DEFAULT_SEED,
     config = tiny_config(model_type)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = model_class(config) if model_class else AutoModelForCausalLM.from_config(config)
+        if model_class is not None:
+            model = model_class(config)
+        elif model_type in RECORDS and RECORDS[model_type].model_class:
+            import transformers
+
+            model = getattr(transformers, RECORDS[model_type].model_class)(config)
+        else:
+            model = AutoModelForCausalLM.from_config(config)
     return model.eval()
 
 
 def tiny_spec(model_type: str) -> ModelSpec:
-    """A registry entry for a transformers model type built by the tiny-config table."""
+    """A registry entry for a built-in model type, from its record in ``tiny.RECORDS``."""
 
     def build() -> PreTrainedModel:
         return build_tiny(model_type)
 
-    tags = {"popular", *tiny_configs.EXTRA_TAGS.get(model_type, ())}
-    return ModelSpec(model_type, build, tiny_configs.FAMILIES.get(model_type, model_type), frozenset(tags))
+    record = RECORDS[model_type]
+    return ModelSpec(model_type, build, record.family_name, record.tags, record.known_reason)
 
 
 class Registry:
@@ -112,9 +125,10 @@ class Registry:
         *,
         family: str = "",
         tags: Iterable[str] = (),
+        known_reason: str = "",
         replace: bool = False,
     ) -> ModelSpec:
-        spec = ModelSpec(name, build, family, frozenset(tags))
+        spec = ModelSpec(name, build, family, frozenset(tags), known_reason)
         self.add(spec, replace=replace)
         return spec
 
@@ -140,7 +154,8 @@ class Registry:
             raise ValueError(f"no model selected by {expression!r}; {self.describe_choices()}")
         unknown = [name for name in requested if name not in KEYWORDS and name not in self._specs]
         if unknown:
-            raise ValueError(f"unknown model name(s): {', '.join(unknown)}; {self.describe_choices()}")
+            raise ValueError(f"unknown model name(s): {', '.join(unknown)}; {self.describe_choices()} "
+                             f"({REGISTRATION_HINT})")
         selected: dict[str, None] = {}  # insertion-ordered set
         for name in requested:
             if name == "all":
@@ -156,11 +171,17 @@ class Registry:
 
 
 def builtin_specs() -> list[ModelSpec]:
-    return [tiny_spec(model_type) for model_type in tiny_configs.POPULAR_MODEL_TYPES]
+    return [tiny_spec(model_type) for model_type in RECORDS]
 
 
 #: Models registered by ``register_model`` from conftest files; merged into each session's registry.
 _external = Registry()
+#: True while a session collects: a conftest loaded then registers too late for the session to see it.
+_registrations_closed = False
+#: Where models must be registered, for error messages about names the session does not know.
+REGISTRATION_HINT = ("models are registered before collection: from the rootdir conftest.py (or one next to "
+                     "the paths on the command line), a plugin, or the pytest_fullgraph_register_models hook; "
+                     "a conftest.py in a sub-directory is loaded too late")
 
 
 def register_model(
@@ -169,15 +190,23 @@ def register_model(
     *,
     family: str = "",
     tags: Iterable[str] = (),
+    known_reason: str = "",
     replace: bool = False,
 ) -> ModelSpec:
     """Register a model from a conftest.py (or any module imported before collection).
 
-    A name that is already built in, or registered before, needs ``replace=True``.
+    A name that is already built in, or registered before, needs ``replace=True``. ``known_reason`` says why
+    the model cannot be checked yet: its checks are then xfail with that reason and it is never built.
     """
-    if not replace and name in tiny_configs.POPULAR_MODEL_TYPES:
+    if _registrations_closed:
+        raise RuntimeError(
+            f"register_model({name!r}) ran after the session chose its models, i.e. during collection (a "
+            "conftest.py in a sub-directory): register models from the rootdir conftest.py, a conftest.py "
+            "next to the paths given on the command line, a plugin (-p), or the "
+            "pytest_fullgraph_register_models hook in one of those")
+    if not replace and name in RECORDS:
         raise ValueError(f"model {name!r} is already registered; pass replace=True to override it")
-    return _external.register(name, build, family=family, tags=tags, replace=replace)
+    return _external.register(name, build, family=family, tags=tags, known_reason=known_reason, replace=replace)
 
 
 def session_registry() -> Registry:
@@ -188,7 +217,14 @@ def session_registry() -> Registry:
     return registry
 
 
+def close_registrations(closed: bool) -> None:
+    """Called around collection: ``register_model`` then raises, naming where registration must happen."""
+    global _registrations_closed
+    _registrations_closed = closed
+
+
 def forget_external_models() -> None:
     """Drop conftest registrations at session end (pytester runs many sessions in one process)."""
-    global _external
+    global _external, _registrations_closed
     _external = Registry()
+    _registrations_closed = False

@@ -1,0 +1,236 @@
+"""Levels: the ways of compiling generation that a check can judge, one strategy object each.
+
+A level owns what differs between them: the generation config of its eager reference, its compiled run
+(``fullgraph=True``), its diagnostic run (every break, without fullgraph), whether it has a loop of its own
+that must equal ``generate`` when run eagerly, and its graph rule. ``check.run_check`` asks these questions
+and never branches on a level's name. Third parties add levels with the ``pytest_fullgraph_register_levels``
+hook; the plugin's own tests drive the check's decision tree with fake levels.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+from pytest_fullgraph.generation import generate_fn, static_cache_config
+from pytest_fullgraph.results import BREAK, ERROR
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import GenerationConfig, PreTrainedModel
+
+    from pytest_fullgraph.breaks import CompileTrace, CountingBackend
+
+
+@dataclass(frozen=True)
+class RuleViolation:
+    outcome: str
+    message: str
+
+
+class GraphRule:
+    """What the graphs of a level's compiled run must look like; ``judge`` says how a run broke the rule."""
+
+    name = "graphs counted, at least one"
+    #: False: the run makes no dynamo graphs to count (torch.export), so the report records none
+    counts_graphs = True
+
+    def judge(self, trace: CompileTrace, level: str, model: Any) -> RuleViolation | None:
+        if trace.graph_count == 0:
+            return RuleViolation(ERROR, f"nothing was compiled: transformers ran level {level!r} eagerly (model "
+                                        f"type {getattr(model.config, 'model_type', '?')!r} or its cache is not "
+                                        "compiled by generate)")
+        return None
+
+
+class OneGraph(GraphRule):
+    """The whole generation must be exactly one graph: more means a break that fullgraph did not raise."""
+
+    name = "exactly one graph"
+
+    def judge(self, trace: CompileTrace, level: str, model: Any) -> RuleViolation | None:
+        if trace.graph_count != 1:
+            return RuleViolation(BREAK, f"expected one graph, got {trace.graph_count} "
+                                        f"(recompiles: {'; '.join(trace.recompile_reasons) or 'none'})")
+        return None
+
+
+class GraphsNotCounted(GraphRule):
+    name = "graphs not counted"
+    counts_graphs = False
+
+    def judge(self, trace: CompileTrace, level: str, model: Any) -> RuleViolation | None:
+        return None
+
+
+AT_LEAST_ONE_GRAPH, ONE_GRAPH, GRAPHS_NOT_COUNTED = GraphRule(), OneGraph(), GraphsNotCounted()
+
+
+class Level:
+    """A way of compiling generation. Subclass it and override what differs; ``run_compiled`` is required.
+
+    ``inputs`` holds ``input_ids`` and ``attention_mask``; ``backend`` is a counting ``torch.compile`` backend
+    whose ``trace`` collects the graphs, breaks and recompiles of the run.
+    """
+
+    name: str = ""
+    description: str = ""
+    graph_rule: GraphRule = AT_LEAST_ONE_GRAPH
+    #: what ``run_own_loop_eagerly`` runs, named in a mismatch message ("" when the level has no loop)
+    own_loop: str = ""
+
+    def reference_config(self, config: GenerationConfig) -> GenerationConfig:
+        """The config of the eager ``model.generate`` run the compiled tokens must equal."""
+        return copy.deepcopy(config)
+
+    def run_own_loop_eagerly(self, model: PreTrainedModel, inputs: dict[str, Any],
+                             config: GenerationConfig) -> torch.Tensor | None:
+        """The level's own loop, uncompiled; it must equal the reference before compiled output is judged.
+        None when the level compiles transformers' code rather than a loop of its own."""
+        return None
+
+    def run_compiled(self, model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig,
+                     backend: CountingBackend) -> torch.Tensor:
+        """Generate with the level's compilation and ``fullgraph=True``; a graph break raises."""
+        raise NotImplementedError
+
+    def diagnose(self, model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig,
+                 backend: CountingBackend) -> None:
+        """Run once more so that dynamo reports every break (not just the first) through ``backend.trace``.
+        Only checks that failed under fullgraph pay for this."""
+
+
+class _TorchCompileLevel(Level):
+    """A level whose compiled and diagnostic runs differ only in ``fullgraph``."""
+
+    def run(self, model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig, backend: Any,
+            fullgraph: bool) -> torch.Tensor:
+        raise NotImplementedError
+
+    def run_compiled(self, model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig,
+                     backend: CountingBackend) -> torch.Tensor:
+        return self.run(model, inputs, config, backend, True)
+
+    def diagnose(self, model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig,
+                 backend: CountingBackend) -> None:
+        self.run(model, inputs, config, backend, False)
+
+
+class ForwardLevel(_TorchCompileLevel):
+    name = "forward"
+    description = ("transformers' supported path: static cache, forward compiled with fullgraph=True, driven by "
+                   "model.generate")
+
+    def reference_config(self, config: GenerationConfig) -> GenerationConfig:
+        return static_cache_config(config)
+
+    def run(self, model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig, backend: Any,
+            fullgraph: bool) -> torch.Tensor:
+        from transformers import CompileConfig
+
+        compile_config = CompileConfig(fullgraph=fullgraph, backend=backend, mode=cast(str, None))
+        compile_config._compile_all_devices = cast(None, True)  # transformers compiles only on accelerators else
+        config = copy.deepcopy(config)
+        config.disable_compile = False
+        config.compile_config = compile_config
+        return generate_fn(model)(**inputs, generation_config=config)
+
+
+class GenerateLevel(_TorchCompileLevel):
+    name = "generate"
+    description = "torch.compile(model.generate, fullgraph=True)"
+
+    def run(self, model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig, backend: Any,
+            fullgraph: bool) -> torch.Tensor:
+        import torch
+
+        return torch.compile(generate_fn(model), fullgraph=fullgraph, backend=backend)(**inputs,
+                                                                                      generation_config=config)
+
+
+class DecodeLevel(_TorchCompileLevel):
+    name = "decode"
+    description = "pytest_fullgraph's fullgraph_generate loop compiled with fullgraph=True: exactly one graph"
+    graph_rule: GraphRule = ONE_GRAPH
+    own_loop = "fullgraph_generate"
+
+    def run_own_loop_eagerly(self, model: PreTrainedModel, inputs: dict[str, Any],
+                             config: GenerationConfig) -> torch.Tensor:
+        from pytest_fullgraph.decode import fullgraph_generate
+
+        return fullgraph_generate(model, inputs["input_ids"], inputs["attention_mask"], config)
+
+    def run(self, model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig, backend: Any,
+            fullgraph: bool) -> torch.Tensor:
+        import torch
+
+        from pytest_fullgraph.decode import fullgraph_generate
+
+        def compiler(loop: Callable[..., Any]) -> Callable[..., Any]:
+            return torch.compile(loop, fullgraph=fullgraph, backend=backend)
+
+        return fullgraph_generate(model, inputs["input_ids"], inputs["attention_mask"], config, compiler=compiler)
+
+
+class ExportLevel(DecodeLevel):
+    """``torch.export`` of the same loop, strict: dynamo traces it, so what passes here has no graph break.
+
+    Its diagnostic run compiles the loop with dynamo without fullgraph, which meets the breaks strict export
+    stops at (non-strict export does not run dynamo and would record none).
+    """
+
+    name = "export"
+    description = ("torch.export.export(strict=True) of fullgraph_generate's loop, run as an ExportedProgram")
+    graph_rule: GraphRule = GRAPHS_NOT_COUNTED
+
+    def run_compiled(self, model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig,
+                     backend: CountingBackend) -> torch.Tensor:
+        from pytest_fullgraph.decode import export_generate
+
+        del backend  # torch.export makes an ExportedProgram; no torch.compile backend is involved
+        program = export_generate(model, inputs["input_ids"], inputs["attention_mask"], config, strict=True)
+        return program(inputs["input_ids"], inputs["attention_mask"])
+
+
+class Levels:
+    """This session's levels by name, in registration order (the built-ins first)."""
+
+    def __init__(self, levels: Iterable[Level] = ()) -> None:
+        self._levels: dict[str, Level] = {}
+        for level in levels:
+            self.add(level)
+
+    def add(self, level: Level) -> None:
+        """Add a level; its name becomes the last part of test ids (``llama-greedy-NAME``)."""
+        if not isinstance(level, Level):
+            raise TypeError(f"a level must be a pytest_fullgraph.levels.Level, got {type(level).__name__}")
+        if not level.name or "-" in level.name or "," in level.name:
+            raise ValueError(f"invalid level name {level.name!r}: non-empty, without '-' or ','")
+        if level.name in self._levels:
+            raise ValueError(f"level {level.name!r} is already registered")
+        self._levels[level.name] = level
+
+    def __getitem__(self, name: str) -> Level:
+        return self._levels[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._levels
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._levels)
+
+    def __len__(self) -> int:
+        return len(self._levels)
+
+    def descriptions(self) -> dict[str, str]:
+        return {name: level.description for name, level in self._levels.items()}
+
+
+def builtin_levels() -> Levels:
+    return Levels([ForwardLevel(), GenerateLevel(), DecodeLevel(), ExportLevel()])
+
+
+#: The built-in level names in their canonical order (for renderings of reports).
+BUILTIN_LEVEL_NAMES = ("forward", "generate", "decode", "export")

@@ -1,0 +1,85 @@
+"""The baseline gate: a report compared with a committed baseline, like PyTorch's graph-break CI check.
+
+Each metric has a direction (a less severe outcome, fewer breaks and fewer break sites are better). A
+regression fails the gate; a check of the baseline missing from the report is a regression too (a shard that
+never ran must not pass), unless allowed; with the ratchet, an improvement also fails, so the baseline is
+refreshed when things get better.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+from pytest_fullgraph.report.schema import Report
+from pytest_fullgraph.results import CheckResult, outcome_rank
+
+
+@dataclass
+class GateResult:
+    regressions: list[str] = field(default_factory=list)
+    improvements: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    #: with the ratchet on, improvements fail the gate as well
+    ratchet: bool = False
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.regressions or (self.ratchet and self.improvements))
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.regressions or self.improvements or self.notes)
+
+    def summary(self) -> str:
+        verdict = "FAILED" if self.failed else "passed"
+        ratchet = " (ratchet: improvements fail too)" if self.ratchet else ""
+        return (f"{len(self.regressions)} regression(s), {len(self.improvements)} improvement(s), "
+                f"{len(self.notes)} note(s): gate {verdict}{ratchet}")
+
+
+def break_sites(result: CheckResult) -> set[tuple[str, str]]:
+    return {(record.where(), record.gb_type) for record in result.break_records()}
+
+
+def diff(baseline: Report, current: Report, *, allow_missing: bool = False, ratchet: bool = False) -> GateResult:
+    """Compare ``current`` with ``baseline``, check by check."""
+    gate = GateResult(ratchet=ratchet)
+    if current.interrupted:
+        gate.regressions.append("INCOMPLETE: the current run was interrupted; its report holds only the checks "
+                                "that finished")
+    before = {result.key: result for result in baseline.checks}
+    after = {result.key: result for result in current.checks}
+    for key in sorted(before.keys() | after.keys()):
+        old, new = before.get(key), after.get(key)
+        if old is None:
+            assert new is not None
+            gate.notes.append(f"NEW {new.check_id}: {new.outcome}")
+        elif new is None:
+            line = f"MISSING {old.check_id}: in the baseline ({old.outcome}) but not in this report"
+            (gate.notes if allow_missing else gate.regressions).append(line)
+        else:
+            _compare(gate, old, new)
+    return gate
+
+
+def _compare(gate: GateResult, old: CheckResult, new: CheckResult) -> None:
+    name = new.check_id
+    if outcome_rank(new.outcome) > outcome_rank(old.outcome):
+        gate.regressions.append(f"REGRESSION {name}: {old.outcome} -> {new.outcome}: {new.headline()}")
+    elif outcome_rank(new.outcome) < outcome_rank(old.outcome):
+        gate.improvements.append(f"IMPROVED {name}: {old.outcome} -> {new.outcome}")
+    for where, gb_type in sorted(break_sites(new) - break_sites(old)):
+        gate.regressions.append(f"REGRESSION {name}: new break site {where} ({gb_type})")
+    for where, gb_type in sorted(break_sites(old) - break_sites(new)):
+        gate.improvements.append(f"IMPROVED {name}: break site gone {where} ({gb_type})")
+    old_count, new_count = len(old.break_records()), len(new.break_records())
+    if new_count > old_count:
+        gate.regressions.append(f"REGRESSION {name}: graph breaks {old_count} -> {new_count}")
+    elif new_count < old_count:
+        gate.improvements.append(f"IMPROVED {name}: graph breaks {old_count} -> {new_count}")
+
+
+def refresh_command(baseline_path: str, current_path: str) -> str:
+    """The exact command that makes the current report the new baseline."""
+    return f"cp {shlex.quote(current_path)} {shlex.quote(baseline_path)}"

@@ -1,0 +1,76 @@
+"""Merging shard reports (xdist runs, CI matrix jobs) into one report of one configuration."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from pytest_fullgraph.report.schema import Report, ReportError
+from pytest_fullgraph.results import CheckResult
+
+#: Environment keys every shard must share: a merged report describes one configuration.
+MUST_MATCH = ("torch", "transformers", "backend", "max_new_tokens", "run_slow", "strict", "breaks")
+#: What a mismatch of each key means, for the error message.
+_MEANING = {"run_slow": "tier (run_slow)", "strict": "strictness", "breaks": "break mode"}
+#: List-valued keys merged as a sorted union (the shards' models together are the merged run's models).
+UNION_KEYS = ("models",)
+#: Dict-valued keys merged key by key (legends of levels and scenarios).
+DICT_KEYS = ("levels", "scenarios")
+
+
+def merge(reports: Iterable[tuple[str, Report]]) -> Report:
+    """Union of shard reports.
+
+    Shards of different configurations (``MUST_MATCH``) are refused with a one-line error, as is the same
+    check with different outcomes in two shards. Other environment values that differ between shards
+    (platform, git revision, ...) become the sorted list of their values; ``merged_from`` names the shards.
+    """
+    sources: list[str] = []
+    environments: list[dict[str, Any]] = []
+    by_key: dict[tuple[str, str, str], tuple[str, CheckResult]] = {}
+    crashed: list[dict[str, str]] = []
+    exit_statuses: list[int] = []
+    interrupted = False
+    for source, report in reports:
+        if environments:
+            _check_same_configuration(source, report.environment, environments[0])
+        sources.append(source)
+        environments.append(report.environment)
+        crashed.extend(report.crashed_workers)
+        interrupted |= report.interrupted
+        if isinstance(report.run.get("exitstatus"), int):
+            exit_statuses.append(report.run["exitstatus"])
+        for result in report.checks:
+            if result.key in by_key and by_key[result.key][1].outcome != result.outcome:
+                raise ReportError(f"{source}: check {result.check_id} is {result.outcome!r} there but "
+                                  f"{by_key[result.key][1].outcome!r} in {by_key[result.key][0]}")
+            by_key[result.key] = (source, result)
+    if not environments:
+        raise ReportError("no reports to merge")
+    run = {"exitstatus": next((status for status in exit_statuses if status != 0), 0 if exit_statuses else None),
+           "interrupted": interrupted}
+    merged = Report(_merged_environment(environments, sources), [r for _, r in by_key.values()], crashed, run)
+    return merged
+
+
+def _check_same_configuration(source: str, environment: dict[str, Any], first: dict[str, Any]) -> None:
+    for name in MUST_MATCH:
+        if environment.get(name) != first.get(name):
+            raise ReportError(f"{source}: {_MEANING.get(name, name)} is {environment.get(name)!r} but an earlier "
+                              f"report has {first.get(name)!r}; merge reports of one configuration")
+
+
+def _merged_environment(environments: list[dict[str, Any]], sources: list[str]) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for name in dict.fromkeys(key for environment in environments for key in environment):
+        values = [environment[name] for environment in environments if name in environment]
+        if name in UNION_KEYS:
+            merged[name] = sorted({item for value in values for item in (value or [])})
+        elif name in DICT_KEYS:
+            merged[name] = {key: text for value in values for key, text in (value or {}).items()}
+        elif all(value == values[0] for value in values):
+            merged[name] = values[0]
+        else:
+            merged[name] = sorted({str(value) for value in values})
+    merged["merged_from"] = sources
+    return merged

@@ -1,0 +1,160 @@
+"""Renderings of a report: the Markdown page (CI step summaries) and pytest's terminal summary."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from pytest_fullgraph.report.schema import Report
+from pytest_fullgraph.results import BREAK, FAILING_OUTCOMES, OUTCOMES, CheckResult
+
+#: Column order when a report carries no legend (reports written before legends existed).
+_DEFAULT_LEVELS = ("forward", "generate", "decode", "export")
+_DEFAULT_SCENARIOS = ("greedy", "sample", "eos", "padded")
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def break_label(result: CheckResult) -> str:
+    """What a ``break`` was: N breaks recorded, or N graphs where one was required, or a bare break."""
+    records = result.break_records()
+    if records:
+        return _plural(len(records), "break")
+    if result.graph_count is not None and result.graph_count != 1:
+        return _plural(result.graph_count, "graph")
+    return "break"
+
+
+def cell(result: CheckResult | None) -> str:
+    if result is None:
+        return "—"
+    if result.outcome == BREAK:
+        return f"⛔ {break_label(result)}"
+    return OUTCOMES[result.outcome].cell if result.outcome in OUTCOMES else result.outcome
+
+
+def short_cell(result: CheckResult | None) -> str:
+    if result is None:
+        return "-"
+    if result.outcome == BREAK:
+        return f"break({break_label(result)})"
+    return OUTCOMES[result.outcome].short if result.outcome in OUTCOMES else result.outcome
+
+
+def _canonical(values: set[str], order: Iterable[str]) -> list[str]:
+    """Known names in their defined order (e.g. forward before generate), unknown ones after, sorted."""
+    known = [name for name in dict.fromkeys(order) if name in values]
+    return known + sorted(values - set(known))
+
+
+def columns(report: Report) -> list[tuple[str, str]]:
+    checks = report.checks
+    env = report.environment
+    levels = _canonical({r.level for r in checks}, [*(env.get("levels") or {}), *_DEFAULT_LEVELS])
+    scenarios = _canonical({r.scenario for r in checks}, [*(env.get("scenarios") or {}), *_DEFAULT_SCENARIOS])
+    return [(level, scenario) for level in levels for scenario in scenarios]
+
+
+def grouped_sites(checks: list[CheckResult]) -> list[dict[str, Any]]:
+    """Break sites across all checks, most widespread first: location, GB id, origin, models, checks."""
+    sites: dict[tuple[str, str], dict[str, Any]] = {}
+    for result in checks:
+        for record in result.break_records():
+            site = sites.setdefault((record.where(), record.gb_type), {
+                "where": record.where(), "gb_type": record.gb_type, "gb_id": record.gb_id or "",
+                "origin": record.origin, "function": record.function, "models": set(), "checks": set(),
+                "root_cause": False,
+            })
+            site["models"].add(result.model)
+            site["checks"].add(result.check_id)
+            site["root_cause"] |= record.root_cause
+    ordered = sorted(sites.values(), key=lambda s: (-len(s["checks"]), s["where"], s["gb_type"]))
+    for site in ordered:
+        site["models"], site["checks"] = sorted(site["models"]), sorted(site["checks"])
+    return ordered
+
+
+def _crash_line(worker: dict[str, str]) -> str:
+    test = f" while running {worker['test']}" if worker.get("test") else ""
+    return f"{worker.get('node')}{test}: {worker.get('error')}"
+
+
+def _escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(report: Report) -> str:
+    """A GitHub step-summary friendly page: outcome matrix, legend, break sites, failures."""
+    checks = report.sorted_checks()
+    env = report.environment
+    lines = ["# pytest_fullgraph report", "",
+             f"torch {env.get('torch')} · transformers {env.get('transformers')} · backend "
+             f"`{env.get('backend')}` · max_new_tokens {env.get('max_new_tokens')} · device {env.get('device')} · "
+             f"{len(checks)} checks", ""]
+    if report.interrupted:
+        lines += [f"**Incomplete:** the run was interrupted (exit status {report.run.get('exitstatus')}); checks "
+                  "that had not finished are missing from this report.", ""]
+    counts = Counter(result.outcome for result in checks)
+    lines += [", ".join(f"**{counts[name]}** {name}" for name in OUTCOMES if counts[name]) or "no checks", ""]
+    if report.crashed_workers:
+        lines += ["**Crashed workers:** " + "; ".join(_crash_line(w) for w in report.crashed_workers), ""]
+    matrix = columns(report)
+    if matrix:
+        by_key = {result.key: result for result in checks}
+        lines.append("| model | " + " | ".join(f"{level}<br>{scenario}" for level, scenario in matrix) + " |")
+        lines.append("|---|" + "---|" * len(matrix))
+        for model in sorted({result.model for result in checks}):
+            cells = [cell(by_key.get((model, scenario, level))) for level, scenario in matrix]
+            lines.append(f"| {model} | " + " | ".join(cells) + " |")
+        lines.append("")
+        lines += _legend(report, {level for level, _ in matrix}, {scenario for _, scenario in matrix})
+    sites = grouped_sites(checks)
+    if sites:
+        lines += ["## Break sites", "", "| location | GB id | break | origin | root cause | models | checks |",
+                  "|---|---|---|---|---|---|---|"]
+        for site in sites:
+            lines.append(f"| `{site['where']}` ({site['function']}) | {site['gb_id'] or '—'} | "
+                         f"{_escape(site['gb_type'])} | {site['origin']} | {'yes' if site['root_cause'] else 'no'}"
+                         f" | {', '.join(site['models'])} | {len(site['checks'])} |")
+        lines.append("")
+    problems = [result for result in checks if result.outcome in FAILING_OUTCOMES]
+    if problems:
+        lines += ["## Failures", ""]
+        lines += [f"- `{result.check_id}` **{result.outcome}**: {_escape(result.headline())}" for result in problems]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _legend(report: Report, levels: set[str], scenarios: set[str]) -> list[str]:
+    """What each level and scenario in the matrix means, from the descriptions the report carries."""
+    described = [(kind, name, text) for kind, names in (("level", levels), ("scenario", scenarios))
+                 for name, text in (report.environment.get(f"{kind}s") or {}).items() if name in names and text]
+    if not described:
+        return []
+    return [*(f"- {kind} `{name}`: {_escape(text)}" for kind, name, text in described), ""]
+
+
+def terminal_lines(report: Report, top_sites: int = 5) -> list[str]:
+    """A compact matrix and the most widespread break sites, for pytest's terminal summary."""
+    checks = report.sorted_checks()
+    matrix = columns(report)
+    by_key = {result.key: result for result in checks}
+    headers = [f"{level}/{scenario}" for level, scenario in matrix]
+    models = sorted({result.model for result in checks})
+    rows = [[model] + [short_cell(by_key.get((model, s, lv))) for lv, s in matrix] for model in models]
+    widths = [max(len(str(row[i])) for row in [["model", *headers], *rows]) for i in range(len(headers) + 1)]
+    lines = ["  ".join(text.ljust(widths[i]) for i, text in enumerate(row)).rstrip()
+             for row in [["model", *headers], *rows]]
+    sites = grouped_sites(checks)[:top_sites]
+    if sites:
+        lines.append("top break sites:")
+        lines += [f"  {site['where']} {site['gb_id'] or '-'} {site['gb_type']} [{site['origin']}] "
+                  f"in {len(site['checks'])} check(s): {', '.join(site['models'])}" for site in sites]
+    for worker in report.crashed_workers:
+        lines.append(f"crashed worker {_crash_line(worker)}")
+    if report.interrupted:
+        lines.append("run interrupted: the report holds only the checks that finished")
+    return lines

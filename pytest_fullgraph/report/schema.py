@@ -1,0 +1,141 @@
+"""The report file: its data model, reading (with one-line errors for bad files) and atomic writing."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_fullgraph.results import READABLE_SCHEMA_VERSIONS, SCHEMA, SCHEMA_VERSION, CheckResult
+
+JSON_NAME = "fullgraph-report.json"
+MARKDOWN_NAME = "fullgraph-report.md"
+
+
+class ReportError(Exception):
+    """A report file that cannot be used; the message names the file and what is wrong."""
+
+
+@dataclass
+class Report:
+    environment: dict[str, Any]
+    checks: list[CheckResult] = field(default_factory=list)
+    #: one entry per xdist worker that died: ``node``, ``error`` and, when known, the ``test`` it was running
+    crashed_workers: list[dict[str, str]] = field(default_factory=list)
+    #: how the run ended: ``exitstatus`` (pytest's exit code) and ``interrupted`` (Ctrl-C, or a shard
+    #: stopped early); an interrupted report holds only the checks that finished
+    run: dict[str, Any] = field(default_factory=lambda: {"exitstatus": None, "interrupted": False})
+
+    @property
+    def interrupted(self) -> bool:
+        return bool(self.run.get("interrupted"))
+
+    def sorted_checks(self) -> list[CheckResult]:
+        return sorted(self.checks, key=lambda result: result.key)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "version": SCHEMA_VERSION,
+            "environment": self.environment,
+            "run": self.run,
+            "crashed_workers": sorted(self.crashed_workers, key=lambda w: (w.get("node", ""), w.get("test", ""))),
+            "checks": [result.to_dict() for result in self.sorted_checks()],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str) -> Report:
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            raise ReportError(f"{source}: not a pytest_fullgraph report (expected \"schema\": \"{SCHEMA}\")")
+        if data.get("version") not in READABLE_SCHEMA_VERSIONS:
+            raise ReportError(f"{source}: report schema version {data.get('version')!r} is not supported; "
+                              f"this pytest_fullgraph reads versions "
+                              f"{', '.join(map(str, READABLE_SCHEMA_VERSIONS))}")
+        try:
+            checks = [CheckResult.from_dict(item) for item in data["checks"]]
+            run = dict(data.get("run") or {"exitstatus": None, "interrupted": False})
+            return cls(dict(data["environment"]), checks, [dict(w) for w in data.get("crashed_workers", [])], run)
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise ReportError(f"{source}: malformed report ({type(error).__name__}: {error})") from None
+
+
+def environment(settings: dict[str, Any], checks: list[CheckResult], descriptions: dict[str, Any]) -> dict[str, Any]:
+    """Versions and machine facts that explain a report, the settings that produced it, and where checks ran.
+
+    ``device`` lists the devices the checks' tensors were on (not whether an accelerator exists: that is
+    ``cuda_available``); ``descriptions`` holds the ``levels`` and ``scenarios`` legends.
+    """
+    import torch
+    import transformers
+
+    return {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "device": ",".join(sorted({result.device for result in checks if result.device})) or "none",
+        "cuda_available": torch.cuda.is_available(),
+        "git_revision": _git_revision(),
+        **settings,
+        **descriptions,
+    }
+
+
+def _git_revision() -> str | None:
+    try:
+        completed = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                                   check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return completed.stdout.strip() or None if completed.returncode == 0 else None
+
+
+def load(path: str | Path) -> Report:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise ReportError(f"{path}: cannot read ({error.strerror or error})") from None
+    try:
+        data = json.loads(text)
+    except ValueError as error:
+        raise ReportError(f"{path}: not valid JSON ({error})") from None
+    return Report.from_dict(data, str(path))
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write through a temporary file and rename, so an interrupted run never leaves a truncated file.
+
+    The file gets the mode any file the user writes gets (0666 less the umask), not the temporary file's 0600.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w") as stream:
+            stream.write(text)
+        os.chmod(temporary, 0o666 & ~_umask())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def write(report: Report, directory: str | Path) -> list[Path]:
+    from pytest_fullgraph.report.render import markdown
+
+    directory = Path(directory)
+    json_path, markdown_path = directory / JSON_NAME, directory / MARKDOWN_NAME
+    write_atomic(json_path, json.dumps(report.to_dict(), indent=2, sort_keys=True) + "\n")
+    write_atomic(markdown_path, markdown(report))
+    return [json_path, markdown_path]

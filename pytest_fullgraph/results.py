@@ -1,0 +1,179 @@
+"""What a check produces: the outcome vocabulary, ``CheckResult``, ``Mismatch`` and ``BreakRecord``.
+
+Plain dataclasses of JSON builtins, so xdist can ship them and report files can hold them. No torch import:
+``python -m pytest_fullgraph report ...`` reads and renders reports without loading torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SCHEMA = "pytest_fullgraph/report"
+#: Version 2 added ``run`` (exit status, interrupted), per-check ``device`` and merged-environment fields.
+SCHEMA_VERSION = 2
+#: Versions this package reads; a version 1 report loads with the version 2 fields at their defaults.
+READABLE_SCHEMA_VERSIONS = (1, 2)
+
+
+@dataclass(frozen=True)
+class OutcomeKind:
+    """One outcome of a check: its severity (for the baseline gate) and how reports show it."""
+
+    name: str
+    rank: int
+    cell: str
+    short: str
+    meaning: str
+
+
+#: The outcome vocabulary, defined once, least severe first; every rendering and the gate read it from here.
+OUTCOMES: dict[str, OutcomeKind] = {kind.name: kind for kind in (
+    OutcomeKind("pass", 0, "✅ pass", "pass", "compiled tokens equal eager tokens (torch.equal)"),
+    OutcomeKind("nondeterministic", 1, "⚠️ nondet", "NONDET",
+                "eager generation differs from itself, so exactness cannot be judged"),
+    OutcomeKind("break", 2, "⛔ break", "break", "fullgraph=True hit a graph break, or the one-graph rule failed"),
+    OutcomeKind("mismatch", 3, "❌ mismatch", "MISMATCH", "compiled tokens differ from eager tokens"),
+    OutcomeKind("error", 4, "💥 error", "ERROR",
+                "the model failed to build, eager generation crashed, the compiler crashed or a worker died"),
+)}
+PASS, NONDETERMINISTIC, BREAK, MISMATCH, ERROR = OUTCOMES
+#: Outcomes that fail a test whatever the strictness (a break is xfail unless strict).
+FAILING_OUTCOMES = (MISMATCH, ERROR, NONDETERMINISTIC)
+
+
+def outcome_rank(outcome: str) -> int:
+    """Severity for the gate; an outcome this version does not know ranks worst."""
+    kind = OUTCOMES.get(outcome)
+    return kind.rank if kind else len(OUTCOMES)
+
+
+def first_line(text: object) -> str:
+    """The first non-blank line of a message or exception, stripped; "" when there is none."""
+    return next((line.strip() for line in str(text).splitlines() if line.strip()), "")
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One user-stack frame, its path shown relative to site-packages or the project root."""
+
+    file: str
+    line: int
+    function: str
+    source: str = ""
+
+    def where(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass
+class BreakRecord:
+    """One graph break (or compile failure) located in the code under test and given an origin."""
+
+    exception: str
+    gb_type: str
+    gb_id: str | None
+    message: str
+    file: str
+    line: int
+    function: str
+    source: str
+    origin: str
+    root_cause: bool = True
+    #: how often dynamo met this break in one run (restarts and resumed frames meet it again)
+    hits: int = 1
+    stack: list[Frame] = field(default_factory=list)
+
+    def where(self) -> str:
+        return f"{self.file}:{self.line}" if self.file else "<unknown location>"
+
+    def summary(self) -> str:
+        gb = f" [{self.gb_id}]" if self.gb_id else ""
+        where = f" at {self.where()}" if self.file else ""
+        function = f" in {self.function}" if self.function else ""
+        return f"{self.gb_type}{gb}{where}{function} ({self.origin}): {self.message}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BreakRecord:
+        fields = dict(data)
+        fields["stack"] = [Frame(**frame) for frame in fields.get("stack", [])]
+        return cls(**fields)
+
+
+@dataclass
+class Mismatch:
+    """Where compiled tokens first differ from eager ones, and how close eager's choice was there."""
+
+    row: int
+    position: int
+    step: int
+    eager_token: int | None
+    compiled_token: int | None
+    eager_logit_gap: float | None = None
+    eager_shape: list[int] = field(default_factory=list)
+    compiled_shape: list[int] = field(default_factory=list)
+
+    def describe(self, other: str = "compiled") -> str:
+        """``other`` names what was compared with eager: the compiled run, or our loop run eagerly."""
+        gap = "unknown" if self.eager_logit_gap is None else f"{self.eager_logit_gap:.4g}"
+        text = (f"row {self.row}, position {self.position} (new token {self.step}): eager {self.eager_token}, "
+                f"{other} {self.compiled_token}; eager top-1/top-2 logit gap there {gap}")
+        if self.eager_shape != self.compiled_shape:
+            text += f"; shapes eager {tuple(self.eager_shape)} vs {other} {tuple(self.compiled_shape)}"
+        return text
+
+
+@dataclass
+class CheckResult:
+    """The outcome of one check, in JSON builtins so xdist and report files can carry it."""
+
+    model: str
+    scenario: str
+    level: str
+    backend: str
+    max_new_tokens: int
+    outcome: str
+    message: str = ""
+    first_break: BreakRecord | None = None
+    breaks: list[BreakRecord] = field(default_factory=list)
+    graph_count: int | None = None
+    graph_ops: list[int] = field(default_factory=list)
+    recompiles: int = 0
+    recompile_reasons: list[str] = field(default_factory=list)
+    mismatch: Mismatch | None = None
+    eos_token_id: int | None = None
+    #: where the check's tensors lived ("cpu", "cuda:0"); "" when it never reached a model
+    device: str = ""
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def check_id(self) -> str:
+        return f"{self.model}-{self.scenario}-{self.level}"
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.model, self.scenario, self.level)
+
+    def break_records(self) -> list[BreakRecord]:
+        """Every recorded break, or the first one alone when no diagnostic pass ran."""
+        return self.breaks or ([self.first_break] if self.first_break else [])
+
+    def headline(self) -> str:
+        """The message's first line, or the outcome when the message is empty."""
+        return first_line(self.message) or self.outcome
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CheckResult:
+        fields = dict(data)
+        if fields.get("first_break"):
+            fields["first_break"] = BreakRecord.from_dict(fields["first_break"])
+        fields["breaks"] = [BreakRecord.from_dict(b) for b in fields.get("breaks", [])]
+        if fields.get("mismatch"):
+            fields["mismatch"] = Mismatch(**fields["mismatch"])
+        return cls(**fields)
