@@ -15,9 +15,13 @@ def test_toy_model_compiles_and_passes_exactly(toy_project: pytest.Pytester, tmp
     result = toy_project.runpytest("--fullgraph-models=toy", "--fullgraph-backend=eager", *FORWARD_GREEDY,
                                    f"--fullgraph-report={tmp_path}")
     result.assert_outcomes(passed=1)
-    check = checks_by_id(read_report(tmp_path))["toy-greedy-forward"]
+    report = read_report(tmp_path)
+    check = checks_by_id(report)["toy-greedy-forward"]
     assert check["outcome"] == "pass"
     assert check["graph_count"] >= 1 and check["breaks"] == []
+    # where the checks ran, not merely whether an accelerator exists
+    assert check["device"] == "cpu" and report["environment"]["device"] == "cpu"
+    assert isinstance(report["environment"]["cuda_available"], bool)
 
 
 def test_planted_break_is_xfail_at_its_file_and_line(toy_project: pytest.Pytester, tmp_path: Path) -> None:
@@ -98,3 +102,21 @@ def test_junit_properties_carry_outcome_and_first_break(toy_project: pytest.Pyte
     assert properties["fullgraph_outcome"] == "break"
     assert properties["graph_breaks"] == "1"
     assert f"conftest.py:{PLANTED_BREAK_LINE} in forward" in (properties["first_break"] or "")
+
+
+def test_interrupted_run_writes_a_report_that_says_so(toy_project: pytest.Pytester, tmp_path: Path) -> None:
+    toy_project.makepyfile(test_zz_stop="def test_stop():\n    raise KeyboardInterrupt\n")
+    result = toy_project.runpytest("--fullgraph-models=toy", "--fullgraph-backend=eager", "-k",
+                                   "(greedy and forward) or stop", "-p", "no:cacheprovider",
+                                   f"--fullgraph-report={tmp_path}", no_reraise_ctrlc=True)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    report = read_report(tmp_path)
+    assert report["run"] == {"exitstatus": int(pytest.ExitCode.INTERRUPTED), "interrupted": True}
+    assert list(checks_by_id(report)) == ["toy-greedy-forward"]  # the check that finished is kept
+    assert "**Incomplete:** the run was interrupted" in (tmp_path / "fullgraph-report.md").read_text()
+
+
+def test_complete_run_says_it_was_not_interrupted(toy_project: pytest.Pytester, tmp_path: Path) -> None:
+    toy_project.runpytest("--fullgraph-models=toy", "--fullgraph-backend=eager", *FORWARD_GREEDY,
+                          f"--fullgraph-report={tmp_path}").assert_outcomes(passed=1)
+    assert read_report(tmp_path)["run"] == {"exitstatus": 0, "interrupted": False}

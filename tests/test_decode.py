@@ -36,7 +36,9 @@ def test_eager_loop_equals_generate_with_eos_list_and_min_new_tokens() -> None:
     eos = [int(free[0, 5]), int(free[1, 6])]  # tokens the rows really emit, so both stop early
     config = GenerationConfig(max_new_tokens=6, min_new_tokens=2, do_sample=False, pad_token_id=0, eos_token_id=eos)
     expected = generate_fn(model)(input_ids=ids, attention_mask=mask, generation_config=config)
-    assert expected.shape[1] < 10 or (expected == 0).any()  # EOS really cut or padded the output
+    new_tokens = expected[:, ids.shape[1]:]
+    # EOS really cut the output short or padded a finished row (the prompt's own padding does not count)
+    assert expected.shape[1] < ids.shape[1] + 6 or bool((new_tokens == 0).any())
     assert torch.equal(fullgraph_generate(model, ids, mask, config), expected)
 
 
@@ -175,3 +177,35 @@ def test_while_loop_form_names_what_it_cannot_do() -> None:
                            GenerationConfig(max_new_tokens=2, pad_token_id=0), loop="while")
     with pytest.raises(UnsupportedGeneration, match="loop='scan' is not a loop form; use one of unrolled, while"):
         fullgraph_generate(model, torch.tensor([[5, 6, 7]]), None, config, loop="scan")
+
+
+def test_export_level_locates_a_failing_export(toy_project: pytest.Pytester, tmp_path: Path) -> None:
+    """The judged export is strict (dynamo traces the loop); its diagnosis must find the model's break too."""
+    result = toy_project.runpytest("--fullgraph-models=toy_break", "-k", "greedy and export", "-p",
+                                   "no:cacheprovider", f"--fullgraph-report={tmp_path}")
+    result.assert_outcomes(xfailed=1)
+    check = checks_by_id(read_report(tmp_path))["toy_break-greedy-export"]
+    assert check["outcome"] == "break"
+    first = check["first_break"]
+    assert (first["file"], first["line"], first["origin"]) == ("conftest.py", PLANTED_BREAK_LINE, "user")
+    assert [(b["file"], b["line"]) for b in check["breaks"] if b["root_cause"]] == [("conftest.py",
+                                                                                    PLANTED_BREAK_LINE)]
+
+
+def test_break_in_our_loop_is_located_in_decode_py_as_the_loops(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A break planted in the loop (a call dynamo must not trace) is reported where the loop makes that call,
+    with origin ``loop``: the loop's fault, not the model's."""
+    import inspect
+
+    from pytest_fullgraph import decode, run_check
+
+    monkeypatch.setattr(decode, "_next_tokens", torch._dynamo.disable(decode._next_tokens))
+    source, first_line = inspect.getsourcelines(decode.decode_loop)
+    call_line = first_line + next(i for i, line in enumerate(source) if "= _next_tokens(" in line)
+    result = run_check(build_tiny("llama"), "llama", "greedy", "decode", "eager", 2)
+    assert result.outcome == "break", result.message
+    assert result.first_break is not None
+    assert (result.first_break.file, result.first_break.line, result.first_break.origin) == (
+        "pytest_fullgraph/decode.py", call_line, "loop")
+    assert any((b.file, b.line, b.origin) == ("pytest_fullgraph/decode.py", call_line, "loop")
+               for b in result.breaks)

@@ -120,3 +120,118 @@ def test_interrupted_write_keeps_the_previous_file(tmp_path: Path, monkeypatch: 
         report.write_atomic(target, "{ truncated")
     assert json.loads(target.read_text()) == {"complete": True}
     assert [p.name for p in tmp_path.iterdir()] == ["fullgraph-report.json"]
+
+
+def save_env(path: Path, checks: list[CheckResult], **environment: object) -> Path:
+    report.write(report.Report({**ENVIRONMENT, **environment}, checks), path)
+    return path / report.JSON_NAME
+
+
+def test_merged_environment_describes_every_shard(tmp_path: Path) -> None:
+    shard_a = save_env(tmp_path / "a", [a_result("llama", "pass")], models=["llama"], git_revision="abc",
+                       levels={"forward": "F"})
+    shard_b = save_env(tmp_path / "b", [a_result("gemma", "pass")], models=["gemma", "llama"], git_revision="def",
+                       levels={"mine": "M"})
+    completed = cli("report", "merge", str(shard_a), str(shard_b), "-o", str(tmp_path / "m"))
+    assert completed.returncode == 0, completed.stderr
+    environment = report.load(tmp_path / "m" / report.JSON_NAME).environment
+    assert environment["models"] == ["gemma", "llama"]
+    assert environment["git_revision"] == ["abc", "def"]
+    assert environment["levels"] == {"forward": "F", "mine": "M"}
+    assert environment["merged_from"] == [str(shard_a), str(shard_b)]
+    assert environment["torch"] == "2.13.0"
+
+
+@pytest.mark.parametrize(("setting", "first", "second", "named"), [
+    ("max_new_tokens", 4, 16, "max_new_tokens is 16 but an earlier report has 4"),
+    ("run_slow", False, True, "tier (run_slow) is True but an earlier report has False"),
+    ("strict", False, True, "strictness is True but an earlier report has False"),
+    ("backend", "aot_eager", "inductor", "backend is 'inductor' but an earlier report has 'aot_eager'"),
+])
+def test_merge_refuses_shards_of_another_configuration(tmp_path: Path, setting: str, first: object,
+                                                       second: object, named: str) -> None:
+    shard_a = save_env(tmp_path / "a", [a_result("llama", "pass")], **{setting: first})
+    shard_b = save_env(tmp_path / "b", [a_result("gemma", "pass")], **{setting: second})
+    completed = cli("report", "merge", str(shard_a), str(shard_b), "-o", str(tmp_path / "m"))
+    assert completed.returncode == 2
+    assert completed.stderr.strip() == (f"pytest_fullgraph: error: {shard_b}: {named}; merge reports of one "
+                                        "configuration")
+
+
+def test_missing_check_is_a_regression_unless_allowed(tmp_path: Path) -> None:
+    baseline = save(tmp_path / "base", [a_result("llama", "pass"), a_result("gemma", "pass")])
+    current = save(tmp_path / "cur", [a_result("llama", "pass")])
+    strict = cli("report", "diff", str(baseline), str(current))
+    assert strict.returncode == 1
+    assert "MISSING gemma-greedy-generate: in the baseline (pass) but not in this report" in strict.stdout
+    assert f"to accept the current report as the baseline: cp {current} {baseline}" in strict.stdout
+    allowed = cli("report", "diff", str(baseline), str(current), "--allow-missing")
+    assert allowed.returncode == 0, allowed.stdout
+    assert "MISSING gemma-greedy-generate" in allowed.stdout
+
+
+def test_ratchet_fails_on_improvements_and_prints_the_refresh_command(tmp_path: Path) -> None:
+    baseline = save(tmp_path / "base", [a_result("llama", "break", [a_break(10)])])
+    current = save(tmp_path / "cur", [a_result("llama", "pass")])
+    plain = cli("report", "diff", str(baseline), str(current))
+    assert plain.returncode == 0 and "IMPROVED llama-greedy-generate: break -> pass" in plain.stdout
+    ratchet = cli("report", "diff", str(baseline), str(current), "--ratchet")
+    assert ratchet.returncode == 1
+    assert "gate FAILED (ratchet: improvements fail too)" in ratchet.stdout
+    assert f"cp {current} {baseline}" in ratchet.stdout
+    unchanged = cli("report", "diff", str(baseline), str(baseline), "--ratchet")
+    assert unchanged.returncode == 0 and "cp " not in unchanged.stdout
+
+
+def test_interrupted_current_run_fails_the_gate(tmp_path: Path) -> None:
+    baseline = save(tmp_path / "base", [a_result("llama", "pass")])
+    interrupted = report.Report(dict(ENVIRONMENT), [a_result("llama", "pass")],
+                                run={"exitstatus": 2, "interrupted": True})
+    report.write(interrupted, tmp_path / "cur")
+    completed = cli("report", "diff", str(baseline), str(tmp_path / "cur" / report.JSON_NAME))
+    assert completed.returncode == 1 and "INCOMPLETE: the current run was interrupted" in completed.stdout
+    assert "**Incomplete:** the run was interrupted (exit status 2)" in report.markdown(interrupted)
+
+
+def test_empty_messages_render_and_diff_without_error(tmp_path: Path) -> None:
+    silent = CheckResult("llama", "greedy", "generate", "aot_eager", 4, "mismatch", "")
+    baseline = save(tmp_path / "base", [a_result("llama", "pass")])
+    current = save(tmp_path / "cur", [silent])
+    completed = cli("report", "diff", str(baseline), str(current))
+    assert completed.returncode == 1, completed.stderr
+    assert "REGRESSION llama-greedy-generate: pass -> mismatch: mismatch" in completed.stdout
+    assert "- `llama-greedy-generate` **mismatch**: mismatch" in (tmp_path / "cur" / report.MARKDOWN_NAME).read_text()
+    assert cli("report", "merge", str(current), "-o", str(tmp_path / "m")).returncode == 0
+
+
+def test_break_cell_says_what_happened() -> None:
+    from pytest_fullgraph.report.render import cell
+
+    three_graphs = CheckResult("m", "greedy", "decode", "eager", 4, "break", "expected one graph, got 3",
+                               graph_count=3)
+    assert cell(three_graphs) == "⛔ 3 graphs"
+    assert cell(a_result("m", "break", [a_break(1), a_break(2)])) == "⛔ 2 breaks"
+    assert cell(a_result("m", "break", [a_break(1)])) == "⛔ 1 break"
+
+
+def test_report_files_honour_the_umask(tmp_path: Path) -> None:
+    import os
+    import stat
+
+    previous = os.umask(0o022)
+    try:
+        written = report.write(report.Report(dict(ENVIRONMENT), [a_result("llama", "pass")]), tmp_path)
+    finally:
+        os.umask(previous)
+    assert [stat.S_IMODE(path.stat().st_mode) for path in written] == [0o644, 0o644]
+
+
+def test_version_1_reports_still_load(tmp_path: Path) -> None:
+    data = report.Report(dict(ENVIRONMENT), [a_result("llama", "pass")]).to_dict()
+    data["version"] = 1
+    del data["run"]
+    for check in data["checks"]:
+        del check["device"]
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    loaded = report.load(tmp_path / "old.json")
+    assert loaded.checks[0].device == "" and not loaded.interrupted

@@ -44,3 +44,22 @@ def test_crashed_worker_is_named_in_the_report(pytester: pytest.Pytester, tmp_pa
     crashed = read_report(tmp_path)["crashed_workers"]
     assert [worker["node"] for worker in crashed] == ["gw0"], result.stdout.str()
     result.stdout.fnmatch_lines(["*crashed worker gw0*"])
+
+
+def test_worker_crash_during_a_check_is_that_checks_error(toy_project: pytest.Pytester, tmp_path: Path) -> None:
+    """A model build that kills its worker: the check it was running is an ``error`` naming the crash, the
+    crashed worker names the test, and the other checks still run on a replacement worker."""
+    toy_project.makepyfile(conftest=(toy_project.path / "conftest.py").read_text()
+                           + "\nimport os\nregister_model('toy_exit', lambda: os._exit(3))\n")
+    result = toy_project.runpytest_subprocess("-n", "1", "--fullgraph-models=toy_exit,toy", "-k",
+                                              "greedy and forward", "--fullgraph-backend=eager",
+                                              "-p", "no:cacheprovider", f"--fullgraph-report={tmp_path}")
+    report = read_report(tmp_path)
+    checks = {f"{c['model']}-{c['scenario']}-{c['level']}": c for c in report["checks"]}
+    crashed = checks["toy_exit-greedy-forward"]
+    assert crashed["outcome"] == "error", result.stdout.str()
+    assert crashed["message"].startswith("worker gw0 crashed while running this check")
+    assert checks["toy-greedy-forward"]["outcome"] == "pass"
+    assert [(w["node"], w["test"]) for w in report["crashed_workers"]] == [
+        ("gw0", "test_suite.py::test_generation_compiles_exactly[toy_exit-greedy-forward]")]
+    result.stdout.fnmatch_lines(["*crashed worker gw0 while running test_suite.py::*toy_exit-greedy-forward*"])

@@ -1,0 +1,220 @@
+"""The check's decision tree with fake levels and a scripted model: no model, no compile, milliseconds each.
+
+The fake model is an oracle: its ``generate`` returns scripted tokens (and logits), so every branch of
+``run_check`` is reached on purpose and its outcome and message are known in advance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+from pytest_fullgraph import run_check
+from pytest_fullgraph.breaks import CountingBackend
+from pytest_fullgraph.levels import AT_LEAST_ONE_GRAPH, GRAPHS_NOT_COUNTED, ONE_GRAPH, GraphRule, Level
+from pytest_fullgraph.report import Report, markdown
+from pytest_fullgraph.results import BreakRecord, CheckResult
+
+PROMPT_WIDTH = 8  # the greedy scenario: two prompts of 8 tokens
+NEW_TOKENS = 4
+
+
+def tokens(*new_rows: list[int]) -> torch.Tensor:
+    """Two rows: a fixed prompt, then the given new tokens."""
+    prompt = torch.arange(3, 3 + PROMPT_WIDTH)
+    return torch.stack([torch.cat([prompt, torch.tensor(row)]) for row in new_rows])
+
+
+EAGER = tokens([10, 11, 12, 13], [20, 21, 22, 23])
+DIFFERENT = tokens([10, 11, 99, 13], [20, 21, 22, 23])  # row 0, new token 2
+
+
+class ScriptedModel:
+    """Duck-types what a check uses of a causal LM; ``generate`` answers from a script."""
+
+    def __init__(self, reference: torch.Tensor = EAGER, *, second: torch.Tensor | None = None,
+                 static: torch.Tensor | Exception | None = None, crash: Exception | None = None) -> None:
+        self.config = SimpleNamespace(model_type="scripted",
+                                      get_text_config=lambda: SimpleNamespace(vocab_size=128))
+        self.generation_config = SimpleNamespace(eos_token_id=None, pad_token_id=0)
+        self.reference, self.second, self.static, self.crash = reference, second, static, crash
+        self.calls = 0
+
+    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, generation_config: Any) -> Any:
+        if self.crash is not None:
+            raise self.crash
+        if getattr(generation_config, "output_logits", False):
+            # step 2 (the scripted mismatch): top-1 beats top-2 by 0.25
+            logits = [torch.zeros(2, 128) for _ in range(NEW_TOKENS)]
+            logits[2][0, 12], logits[2][0, 99] = 1.0, 0.75
+            return SimpleNamespace(sequences=self.reference, logits=logits)
+        if getattr(generation_config, "cache_implementation", None) == "static" and self.static is not None:
+            if isinstance(self.static, Exception):
+                raise self.static
+            return self.static
+        self.calls += 1
+        return self.second if self.calls == 2 and self.second is not None else self.reference
+
+
+class FakeLevel(Level):
+    """A level whose runs are scripted: the compiled tokens, the graphs it makes, what it raises."""
+
+    name = "fake"
+    description = "a scripted level"
+
+    def __init__(self, *, rule: GraphRule = ONE_GRAPH, compiled: torch.Tensor = EAGER, graphs: int = 1,
+                 raises: Exception | None = None, own_loop: torch.Tensor | None = None,
+                 diagnosed: list[BreakRecord] | None = None) -> None:
+        self.graph_rule, self.compiled, self.graphs, self.raises = rule, compiled, graphs, raises
+        self.own_loop = "scripted_loop" if own_loop is not None else ""
+        self.own_loop_tokens, self.diagnosed = own_loop, diagnosed or []
+        self.compiled_runs = 0
+
+    def run_own_loop_eagerly(self, model: Any, inputs: dict[str, Any], config: Any) -> torch.Tensor | None:
+        return self.own_loop_tokens
+
+    def run_compiled(self, model: Any, inputs: dict[str, Any], config: Any, backend: CountingBackend) -> torch.Tensor:
+        self.compiled_runs += 1
+        backend.trace.graph_ops.extend([7] * self.graphs)
+        if self.raises is not None:
+            raise self.raises
+        return self.compiled
+
+    def diagnose(self, model: Any, inputs: dict[str, Any], config: Any, backend: CountingBackend) -> None:
+        backend.trace.breaks.extend(self.diagnosed)
+        backend.trace.graph_ops.extend([3, 4])
+
+
+def a_break(root_cause: bool = True) -> BreakRecord:
+    return BreakRecord("torch._dynamo.exc.Unsupported", "Data-dependent branching", "GB0170", "planted",
+                       "mine/model.py", 12, "forward", "if x.sum() > 0:", "user", root_cause=root_cause)
+
+
+def check(model: Any, level: Level, **kwargs: Any) -> CheckResult:
+    return run_check(model, "scripted", "greedy", level, "eager", NEW_TOKENS, **kwargs)
+
+
+def test_equal_tokens_in_one_graph_pass() -> None:
+    result = check(ScriptedModel(), FakeLevel())
+    assert (result.outcome, result.graph_count, result.message) == ("pass", 1, "1 graph(s), tokens equal to eager")
+    assert result.device == "cpu"
+
+
+def test_nondeterministic_eager_stops_before_compiling() -> None:
+    level = FakeLevel()
+    result = check(ScriptedModel(second=DIFFERENT), level)
+    assert result.outcome == "nondeterministic"
+    assert result.mismatch is not None and (result.mismatch.row, result.mismatch.step) == (0, 2)
+    assert result.message.startswith("eager generation differs from itself: row 0, position 10 (new token 2)")
+    assert level.compiled_runs == 0
+
+
+def test_more_than_one_graph_breaks_the_one_graph_rule() -> None:
+    result = check(ScriptedModel(), FakeLevel(graphs=3))
+    assert result.outcome == "break" and result.graph_count == 3
+    assert result.message == "expected one graph, got 3 (recompiles: none)"
+    assert result.breaks == [] and result.first_break is None
+    page = markdown(Report({}, [result]))
+    assert "⛔ 3 graphs" in page and "breaks" not in page.split("|")[-2]
+
+
+def test_nothing_compiled_is_an_error_where_graphs_are_counted() -> None:
+    result = check(ScriptedModel(), FakeLevel(rule=AT_LEAST_ONE_GRAPH, graphs=0))
+    assert result.outcome == "error"
+    assert result.message.startswith("nothing was compiled: transformers ran level 'fake' eagerly (model type "
+                                     "'scripted'")
+
+
+def test_graphs_not_counted_pass_on_tokens_alone() -> None:
+    result = check(ScriptedModel(), FakeLevel(rule=GRAPHS_NOT_COUNTED, graphs=0))
+    assert (result.outcome, result.graph_count, result.graph_ops) == ("pass", None, [])
+    assert result.message == "tokens equal to eager"
+
+
+def test_compiled_difference_is_a_mismatch_with_the_eager_logit_gap() -> None:
+    result = check(ScriptedModel(), FakeLevel(compiled=DIFFERENT))
+    assert result.outcome == "mismatch" and result.mismatch is not None
+    assert (result.mismatch.position, result.mismatch.eager_token, result.mismatch.compiled_token) == (10, 12, 99)
+    assert result.mismatch.eager_logit_gap == pytest.approx(0.25)
+    assert result.message == ("compiled tokens differ from eager at row 0, position 10 (new token 2): eager 12, "
+                              "compiled 99; eager top-1/top-2 logit gap there 0.25")
+
+
+def test_graph_break_under_fullgraph_is_a_break_with_every_diagnosed_break() -> None:
+    from torch._dynamo.exc import Unsupported
+
+    level = FakeLevel(raises=Unsupported("planted", gb_type="Data-dependent branching"),
+                      diagnosed=[a_break(), a_break(root_cause=False)])
+    result = check(ScriptedModel(), level)
+    assert result.outcome == "break"
+    assert result.first_break is not None and result.first_break.gb_type == "Data-dependent branching"
+    assert len(result.breaks) == 2 and result.graph_count == 2  # the diagnostic run's graphs
+    assert "diagnose_s" in result.timings
+    skipped = check(ScriptedModel(), level, diagnose=False)
+    assert skipped.outcome == "break" and skipped.breaks == [] and "diagnose_s" not in skipped.timings
+
+
+@pytest.mark.parametrize(("diagnosed", "outcome"), [([a_break()], "break"), ([a_break(root_cause=False)], "error"),
+                                                    ([], "error")])
+def test_compiler_crash_is_reattributed_to_a_root_cause_break_only(diagnosed: list[BreakRecord],
+                                                                  outcome: str) -> None:
+    from torch._dynamo.exc import InternalTorchDynamoError
+
+    result = check(ScriptedModel(), FakeLevel(raises=InternalTorchDynamoError("PendingUnbackedSymbolNotFound"),
+                                              diagnosed=diagnosed))
+    assert result.outcome == outcome
+    if outcome == "break":
+        assert result.first_break == diagnosed[0]
+        assert result.message.startswith("Data-dependent branching [GB0170] at mine/model.py:12 in forward (user)")
+        assert "(with fullgraph=True the compiler crashed instead: InternalTorchDynamoError" in result.message
+    else:
+        assert result.first_break is not None and result.first_break.gb_type == "InternalTorchDynamoError"
+
+
+@pytest.mark.parametrize(("static", "verdict"), [
+    (EAGER, "; model.generate with a static cache gives the default tokens, so the difference is the loop's"),
+    (DIFFERENT, "; model.generate with a static cache differs from the default too (row 0, position 10: 12 vs "
+                "99): the model's static-cache path is wrong, not the loop"),
+    (RuntimeError("no static cache here"), " (model.generate with a static cache failed: RuntimeError: no static "
+                                           "cache here)"),
+])
+def test_own_loop_mismatch_names_the_static_cache_verdict(static: torch.Tensor | Exception, verdict: str) -> None:
+    level = FakeLevel(own_loop=DIFFERENT)
+    result = check(ScriptedModel(static=static), level)
+    assert result.outcome == "mismatch" and level.compiled_runs == 0
+    assert result.message.startswith("scripted_loop run eagerly differs from model.generate at row 0, position 10 "
+                                     "(new token 2): eager 12, scripted_loop 99; eager top-1/top-2 logit gap there "
+                                     "0.25")
+    assert result.message.endswith(verdict)
+
+
+def test_own_loop_that_agrees_goes_on_to_the_compiled_run() -> None:
+    level = FakeLevel(own_loop=EAGER)
+    assert check(ScriptedModel(), level).outcome == "pass" and level.compiled_runs == 1
+
+
+@pytest.mark.parametrize(("model", "start"), [
+    (RuntimeError("no weights"), "model 'scripted' failed to build: RuntimeError: no weights"),
+    (ScriptedModel(crash=ValueError("bad config")), "eager generation failed"),
+])
+def test_failures_outside_the_compiler_are_errors_naming_the_stage(model: Any, start: str) -> None:
+    result = check(model, FakeLevel())
+    assert result.outcome == "error" and result.message.startswith(start)
+
+
+def test_compiled_run_crashing_outside_torch_is_an_error_of_the_compiled_stage() -> None:
+    result = check(ScriptedModel(), FakeLevel(raises=KeyError("lost")))
+    assert result.outcome == "error" and result.message.startswith("compiled generation failed")
+
+
+def test_a_level_object_is_judged_without_the_check_knowing_its_name() -> None:
+    """``run_check`` asks the level; renaming a level changes nothing but the result's name."""
+    outcomes: dict[str, str] = {}
+    for name in ("decode", "export", "anything"):
+        renamed: Callable[..., FakeLevel] = type("Renamed", (FakeLevel,), {"name": name})
+        outcomes[name] = check(ScriptedModel(), renamed(graphs=2)).outcome
+    assert outcomes == {"decode": "break", "export": "break", "anything": "break"}

@@ -1,0 +1,95 @@
+"""Levels from a conftest, late registration, and known limitations, run as users run the suite."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import checks_by_id, read_report
+
+TOY_LEVEL = textwrap.dedent('''\
+    from pytest_fullgraph.generation import generate_fn
+    from pytest_fullgraph.levels import GRAPHS_NOT_COUNTED, Level
+
+
+    class ReplayLevel(Level):
+        name = "replay"
+        description = "model.generate again, uncompiled: a level from a conftest"
+        graph_rule = GRAPHS_NOT_COUNTED
+
+        def run_compiled(self, model, inputs, config, backend):
+            return generate_fn(model)(**inputs, generation_config=config)
+
+
+    def pytest_fullgraph_register_levels(levels):
+        levels.add(ReplayLevel())
+''')
+
+
+def test_a_level_registered_by_hook_is_in_ids_report_and_markdown(toy_project: pytest.Pytester,
+                                                                  tmp_path: Path) -> None:
+    toy_project.makepyfile(conftest=(toy_project.path / "conftest.py").read_text() + "\n" + TOY_LEVEL)
+    result = toy_project.runpytest("--fullgraph-models=toy", "-k", "replay", "-v", "-p", "no:cacheprovider",
+                                   f"--fullgraph-report={tmp_path}")
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(["*test_generation_compiles_exactly[[]toy-greedy-replay[]] PASSED*"])
+    checks = checks_by_id(read_report(tmp_path))
+    assert sorted(checks) == ["toy-eos-replay", "toy-greedy-replay", "toy-padded-replay", "toy-sample-replay"]
+    assert {c["outcome"] for c in checks.values()} == {"pass"}
+    assert read_report(tmp_path)["environment"]["levels"]["replay"].startswith("model.generate again")
+    page = (tmp_path / "fullgraph-report.md").read_text()
+    assert "replay<br>greedy" in page
+    assert "- level `replay`: model.generate again, uncompiled: a level from a conftest" in page
+
+
+def test_a_level_name_that_breaks_test_ids_is_refused(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(TOY_LEVEL.replace('name = "replay"', 'name = "re-play"'))
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest()
+    assert result.ret != 0
+    assert "invalid level name 're-play'" in result.stdout.str() + result.stderr.str()
+
+
+def test_registration_from_a_sub_directory_conftest_says_where_it_must_happen(pytester: pytest.Pytester) -> None:
+    sub = pytester.mkdir("sub")
+    (sub / "conftest.py").write_text("from pytest_fullgraph import build_tiny, register_model\n"
+                                     "register_model('late', lambda: build_tiny('llama'))\n")
+    (sub / "test_x.py").write_text("def test_x(fullgraph_model_name):\n    pass\n")
+    selected = pytester.runpytest("--fullgraph-models=late")
+    assert selected.ret == pytest.ExitCode.USAGE_ERROR
+    assert "unknown model name(s): late" in selected.stderr.str()
+    assert "a conftest.py in a sub-directory is loaded too late" in selected.stderr.str()
+    collected = pytester.runpytest("--fullgraph-models=llama")
+    assert collected.ret != 0
+    collected.stdout.fnmatch_lines(["*register_model('late') ran after the session chose its models*"])
+    # a conftest next to the path given on the command line is loaded before the session starts
+    pytester.runpytest("sub", "--fullgraph-models=late").assert_outcomes(passed=1)
+
+
+def test_a_register_hook_in_a_sub_directory_conftest_is_an_error_naming_it(pytester: pytest.Pytester) -> None:
+    sub = pytester.mkdir("sub")
+    (sub / "conftest.py").write_text("def pytest_fullgraph_register_models(registry):\n    pass\n")
+    (sub / "test_x.py").write_text("def test_x():\n    pass\n")
+    result = pytester.runpytest("--fullgraph-models=llama")
+    assert result.ret != 0
+    assert ("implements pytest_fullgraph_register_models but was loaded during collection"
+            in result.stdout.str() + result.stderr.str())
+
+
+def test_a_model_with_a_known_reason_is_xfail_and_never_built(toy_project: pytest.Pytester, tmp_path: Path) -> None:
+    toy_project.makepyfile(conftest=(toy_project.path / "conftest.py").read_text() + textwrap.dedent('''
+        def never_build():
+            raise AssertionError("a model with a known reason must not be built")
+
+        register_model("toy_known", never_build, known_reason="its cache needs a custom layer")
+    '''))
+    result = toy_project.runpytest("--fullgraph-models=toy_known", "-k", "greedy and forward", "-rx",
+                                   "-p", "no:cacheprovider", f"--fullgraph-report={tmp_path}")
+    result.assert_outcomes(xfailed=1)
+    result.stdout.fnmatch_lines(["*known limitation of model 'toy_known': its cache needs a custom layer*"])
+    assert checks_by_id(read_report(tmp_path))["toy_known-greedy-forward"]["outcome"] == "error"
+    strict = toy_project.runpytest("--fullgraph-models=toy_known", "-k", "greedy and forward", "--fullgraph-strict",
+                                   "-p", "no:cacheprovider")
+    strict.assert_outcomes(failed=1)
