@@ -40,7 +40,8 @@ def short_cell(result: CheckResult | None) -> str:
     if result is None:
         return "-"
     if result.outcome == BREAK:
-        return f"break({break_label(result)})"
+        records = result.break_records()
+        return f"break({len(records)})" if records else f"break({break_label(result)})"
     return OUTCOMES[result.outcome].short if result.outcome in OUTCOMES else result.outcome
 
 
