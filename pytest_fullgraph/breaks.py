@@ -6,12 +6,13 @@ import functools
 import json
 import linecache
 import logging
+import os
 import re
 import site
 import sys
 import sysconfig
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -317,19 +318,55 @@ def counting_backend(backend: str, trace: CompileTrace) -> CountingBackend:
     return CountingBackend(backend, trace)
 
 
+#: PyTorch's structured-trace logger: always at DEBUG and non-propagating, which makes pytest (9+) attach its
+#: log capture to it directly, so every failing test would print hundreds of empty ``torch.__trace`` records.
+TRACE_LOGGER = "torch.__trace"
+#: Environment variables with which a user asks torch for its own structured trace (tlparse); then torch's
+#: logger is left as torch set it.
+TRACE_ENVIRONMENT = ("TORCH_TRACE", "TORCH_COMPILE_DEBUG", "TORCH_DTRACE")
+_SILENT = logging.CRITICAL + 1
+
+
+def _is_torch_handler(handler: logging.Handler) -> bool:
+    return type(handler).__module__.startswith("torch.")
+
+
+def silence_structured_trace() -> Callable[[], None]:
+    """Stop torch emitting structured-trace records outside ``capture_compile_events`` (unless the user asked
+    for a trace in the environment); returns the function that restores the logger's level.
+
+    torch's trace logger decides by its level alone whether to emit (``isEnabledFor`` is level-only), so a
+    level above CRITICAL keeps the records away from every handler, pytest's captures included.
+    """
+    trace_logger = logging.getLogger(TRACE_LOGGER)
+    previous = trace_logger.level
+    if any(os.environ.get(name) for name in TRACE_ENVIRONMENT):
+        return lambda: None
+    trace_logger.setLevel(_SILENT)
+
+    def restore() -> None:
+        trace_logger.setLevel(previous)
+
+    return restore
+
+
 @contextmanager
 def capture_compile_events() -> Iterator[CompileTrace]:
-    """Record graph breaks and recompiles from PyTorch's structured trace while the block runs."""
+    """Record graph breaks and recompiles from PyTorch's structured trace while the block runs.
+
+    Only this handler and torch's own (a user's ``TORCH_TRACE`` file) see the records meanwhile: handlers that
+    others attached, pytest's log capture among them, are detached for the block and put back after it.
+    """
     trace = CompileTrace()
-    trace_logger = logging.getLogger("torch.__trace")
+    trace_logger = logging.getLogger(TRACE_LOGGER)
     handler = _TraceHandler(trace)
-    previous_level, previous_propagate = trace_logger.level, trace_logger.propagate
-    trace_logger.addHandler(handler)
+    saved_level, saved_propagate, saved_handlers = trace_logger.level, trace_logger.propagate, trace_logger.handlers
+    trace_logger.handlers = [*(h for h in saved_handlers if _is_torch_handler(h)), handler]
     trace_logger.setLevel(logging.DEBUG)
-    trace_logger.propagate = False  # large payloads: keep them out of pytest's log capture
+    trace_logger.propagate = False
     try:
         yield trace
     finally:
-        trace_logger.removeHandler(handler)
-        trace_logger.setLevel(previous_level)
-        trace_logger.propagate = previous_propagate
+        trace_logger.handlers = saved_handlers
+        trace_logger.setLevel(saved_level)
+        trace_logger.propagate = saved_propagate

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_fullgraph import hookspecs, models, options, report
+from pytest_fullgraph import breaks, hookspecs, models, options, report
 from pytest_fullgraph.levels import builtin_levels
 from pytest_fullgraph.results import CheckResult
 from pytest_fullgraph.scenarios import SCENARIOS
@@ -35,11 +35,15 @@ def pytest_configure(config: pytest.Config) -> None:
     config.hook.pytest_fullgraph_register_levels(levels=levels)
     settings = options.resolve_settings(config, registry)
     session = FullgraphSession(settings, registry, levels, is_worker=hasattr(config, "workerinput"))
+    session.restore_trace_logger = breaks.silence_structured_trace()
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(_ControllerHooks(session), f"fullgraph-session-{id(config)}")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    session = config.stash.get(SESSION_KEY, None)
+    if session is not None:
+        session.restore_trace_logger()
     models.forget_external_models()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,8 @@ class FullgraphSession:
     crashed_workers: list[dict[str, str]] = field(default_factory=list)
     run_status: dict[str, Any] = field(default_factory=lambda: {"exitstatus": None, "interrupted": False})
     written: list[Path] = field(default_factory=list)
+    #: puts torch's structured-trace logger back as it was before this session quietened it
+    restore_trace_logger: Callable[[], None] = lambda: None
     _built: dict[str, Any] = field(default_factory=dict)
 
     def build_report(self) -> report.Report:
