@@ -16,6 +16,9 @@ FAST_BACKEND, SLOW_BACKEND = "aot_eager", "inductor"
 FAST_MAX_NEW_TOKENS, SLOW_MAX_NEW_TOKENS = 4, 16
 RUN_SLOW_ENV = "RUN_SLOW"
 BREAK_MODES = ("all", "first")
+#: When the shipped conformance suite (``pytest_fullgraph.suite``) is collected: "auto" when models are
+#: selected (command line or ini) and no test paths are given; "on" always; "off" never.
+SUITE_MODES = ("auto", "on", "off")
 
 _TRUE = ("y", "yes", "t", "true", "on", "1")
 _FALSE = ("n", "no", "f", "false", "off", "0")
@@ -33,6 +36,10 @@ class Settings:
     report_dir: Path | None = None
     #: "all": a failing check runs a diagnostic pass that records every break; "first": only the first
     breaks: str = "all"
+    #: see ``SUITE_MODES``
+    suite: str = "auto"
+    #: whether models were chosen explicitly (command line or ini) rather than by default
+    models_selected: bool = False
 
     def describe(self) -> dict[str, object]:
         """The settings a report records (JSON builtins)."""
@@ -62,7 +69,11 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--fullgraph-breaks", dest="fullgraph_breaks", metavar="MODE", default=None,
                     help="'all': a check that breaks runs once more without fullgraph to record every break "
                          "(default); 'first': record only the first break, faster (ini: fullgraph_breaks)")
+    group.addoption("--fullgraph-suite", dest="fullgraph_suite", metavar="MODE", default=None,
+                    help="When to collect the built-in conformance suite: 'auto' (default) when models are "
+                         "selected and no test paths are given, 'on' always, 'off' never (ini: fullgraph_suite)")
     parser.addini("fullgraph_models", "Default for --fullgraph-models", default=None)
+    parser.addini("fullgraph_suite", "Default for --fullgraph-suite", default=None)
     parser.addini("fullgraph_backend", "Default for --fullgraph-backend", default=None)
     parser.addini("fullgraph_max_new_tokens", "Default for --fullgraph-max-new-tokens", default=None)
     parser.addini("fullgraph_breaks", "Default for --fullgraph-breaks", default=None)
@@ -150,5 +161,8 @@ def resolve_settings(config: pytest.Config, registry: Registry) -> Settings:
     breaks_value, breaks_source = _pick(config, "fullgraph_breaks")
     breaks = "all" if breaks_value is None else parse_choice(breaks_value, breaks_source, BREAK_MODES,
                                                               "a break mode")
+    suite_value, suite_source = _pick(config, "fullgraph_suite")
+    suite = "auto" if suite_value is None else parse_choice(suite_value, suite_source, SUITE_MODES, "a suite mode")
     return Settings(models=models, backend=backend, max_new_tokens=max_new_tokens, run_slow=run_slow,
-                    strict=strict, report_dir=report_dir, breaks=breaks)
+                    strict=strict, report_dir=report_dir, breaks=breaks, suite=suite,
+                    models_selected=models_value is not None)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Generator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -11,7 +13,7 @@ from pytest_fullgraph import breaks, hookspecs, models, options, report
 from pytest_fullgraph.levels import builtin_levels
 from pytest_fullgraph.results import CheckResult
 from pytest_fullgraph.scenarios import SCENARIOS
-from pytest_fullgraph.session import REPORT_ATTRIBUTE, RESULT_KEY, FullgraphSession, KnownLimitation
+from pytest_fullgraph.session import REPORT_ATTRIBUTE, RESULTS_KEY, FullgraphSession, KnownLimitation
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -36,8 +38,52 @@ def pytest_configure(config: pytest.Config) -> None:
     settings = options.resolve_settings(config, registry)
     session = FullgraphSession(settings, registry, levels, is_worker=hasattr(config, "workerinput"))
     session.restore_trace_logger = breaks.silence_structured_trace()
+    _collect_the_suite(config, settings)
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(_ControllerHooks(session), f"fullgraph-session-{id(config)}")
+
+
+def suite_directory() -> Path:
+    """Where the shipped conformance suite is: this repository's ``suites/`` in an editable install."""
+    spec = importlib.util.find_spec("pytest_fullgraph.suite")
+    assert spec is not None and spec.submodule_search_locations
+    return Path(next(iter(spec.submodule_search_locations))).resolve()
+
+
+def _collect_the_suite(config: pytest.Config, settings: options.Settings) -> None:
+    """Add the conformance suite to what pytest collects, as if its directory were given as a path.
+
+    "auto" adds it when models were selected and pytest was given no paths of its own (so paths given on the
+    command line mean "run these"); a path that already covers the suite (this repository's testpaths) is
+    collected once. Workers re-parse the same command line and decide the same.
+    """
+    explicit_paths = config.args_source == pytest.Config.ArgsSource.ARGS
+    wanted = settings.suite == "on" or (settings.suite == "auto" and settings.models_selected and not explicit_paths)
+    if not wanted:
+        return
+    suite = suite_directory()
+    covered = []
+    for argument in config.args:
+        path = Path(config.invocation_params.dir, argument.split("::")[0]).resolve()
+        covered.append(path == suite or path in suite.parents)
+    if not any(covered):
+        config.args.append(str(suite))
+
+
+def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Item]) -> str | None:
+    """Models were selected but no check was collected: say why rather than leave a bare "no tests ran"."""
+    session = config.stash[SESSION_KEY]
+    if not session.settings.models_selected or any("fullgraph_model_name" in getattr(item, "fixturenames", ())
+                                                  for item in items):
+        return None
+    if session.settings.suite == "off":
+        why = "--fullgraph-suite=off, and no collected test uses the fullgraph fixtures"
+    elif config.args_source == pytest.Config.ArgsSource.ARGS and session.settings.suite == "auto":
+        why = ("test paths on the command line replace the built-in suite (add --pyargs pytest_fullgraph.suite, "
+               "or --fullgraph-suite=on)")
+    else:
+        why = "every conformance check was deselected (-k, -m or --deselect)"
+    return f"fullgraph: models {','.join(session.settings.models)} selected but no conformance check collected: {why}"
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -79,9 +125,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
     report = yield
-    result = item.stash.get(RESULT_KEY, None)
-    if result is not None and report.when == "call":
-        setattr(report, REPORT_ATTRIBUTE, result.to_dict())  # JSON builtins: xdist ships it to the controller
+    results = item.stash.get(RESULTS_KEY, None)
+    if results and report.when == "call":
+        # JSON builtins: xdist ships them to the controller
+        setattr(report, REPORT_ATTRIBUTE, [result.to_dict() for result in results])
     return report
 
 
@@ -100,9 +147,10 @@ class _ControllerHooks:
         self.collecting = False
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        data = getattr(report, REPORT_ATTRIBUTE, None)
-        if data is not None and not self.session.is_worker:
-            self.session.results.append(CheckResult.from_dict(data))
+        if self.session.is_worker:
+            return
+        for data in getattr(report, REPORT_ATTRIBUTE, None) or ():
+            self.session.record(report.nodeid, CheckResult.from_dict(data))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object | None) -> None:
@@ -188,7 +236,10 @@ def fullgraph_check(request: pytest.FixtureRequest) -> Callable[..., CheckResult
 
     def run(model: str, scenario: str, level: str, *, verdict: bool = True) -> CheckResult:
         result = fullgraph_session.run(model, scenario, level)
-        request.node.stash[RESULT_KEY] = result
+        request.node.stash.setdefault(RESULTS_KEY, []).append(result)
+        if not fullgraph_session.is_worker:
+            # recorded now, not only from the test's report: a run interrupted inside this test keeps it
+            fullgraph_session.record(request.node.nodeid, result)
         first = result.first_break
         for name, value in (("fullgraph_outcome", result.outcome), ("graph_breaks", len(result.break_records())),
                             ("first_break", first.summary() if first else "")):

@@ -19,8 +19,8 @@ from pytest_fullgraph.scenarios import SCENARIOS
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-#: Where a test's result travels from the fixture to its report (and from workers to the controller).
-RESULT_KEY = pytest.StashKey[CheckResult]()
+#: Where a test's results travel from the fixture to its report (and from workers to the controller).
+RESULTS_KEY = pytest.StashKey[list[CheckResult]]()
 REPORT_ATTRIBUTE = "fullgraph_result"
 
 
@@ -34,13 +34,22 @@ class FullgraphSession:
     registry: Registry
     levels: Levels
     is_worker: bool = False
-    results: list[CheckResult] = field(default_factory=list)
+    #: results by (test node id, check key): a test may run several checks; a result seen twice (from the
+    #: fixture, then from the test's report) is kept once
+    recorded: dict[tuple[str, tuple[str, str, str]], CheckResult] = field(default_factory=dict)
     crashed_workers: list[dict[str, str]] = field(default_factory=list)
     run_status: dict[str, Any] = field(default_factory=lambda: {"exitstatus": None, "interrupted": False})
     written: list[Path] = field(default_factory=list)
     #: puts torch's structured-trace logger back as it was before this session quietened it
     restore_trace_logger: Callable[[], None] = lambda: None
     _built: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def results(self) -> list[CheckResult]:
+        return list(self.recorded.values())
+
+    def record(self, nodeid: str, result: CheckResult) -> None:
+        self.recorded[(nodeid, result.key)] = result
 
     def build_report(self) -> report.Report:
         descriptions = {"levels": self.levels.descriptions(),
@@ -102,7 +111,7 @@ class FullgraphSession:
             for scenario in axes["scenarios"]:
                 for level in axes["levels"]:
                     if parameters == f"{model}-{scenario}-{level}":
-                        self.results.append(CheckResult(
+                        self.record(nodeid, CheckResult(
                             model, scenario, level, self.settings.backend, self.settings.max_new_tokens, ERROR,
                             f"worker {worker} crashed while running this check ({nodeid})"))
                         return

@@ -47,11 +47,6 @@ TOY_CONFTEST = textwrap.dedent('''\
 ''')
 PLANTED_BREAK_LINE = 9
 
-SUITE_TEST = textwrap.dedent('''\
-    def test_generation_compiles_exactly(fullgraph_model_name, fullgraph_scenario, fullgraph_level,
-                                         fullgraph_check):
-        fullgraph_check(fullgraph_model_name, fullgraph_scenario, fullgraph_level)
-''')
 
 
 @pytest.fixture(scope="session")
@@ -72,9 +67,8 @@ def modules_loaded_outside_pytester() -> None:
 
 @pytest.fixture
 def toy_project(pytester: pytest.Pytester, modules_loaded_outside_pytester: None) -> pytest.Pytester:
-    """A project with the toy models registered and the conformance test in it."""
+    """A project with the toy models registered; selecting models collects the shipped conformance suite."""
     pytester.makeconftest(TOY_CONFTEST)
-    pytester.makepyfile(test_suite=SUITE_TEST)
     return pytester
 
 

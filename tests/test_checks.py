@@ -105,10 +105,11 @@ def test_junit_properties_carry_outcome_and_first_break(toy_project: pytest.Pyte
 
 
 def test_interrupted_run_writes_a_report_that_says_so(toy_project: pytest.Pytester, tmp_path: Path) -> None:
-    toy_project.makepyfile(test_zz_stop="def test_stop():\n    raise KeyboardInterrupt\n")
-    result = toy_project.runpytest("--fullgraph-models=toy", "--fullgraph-backend=eager", "-k",
-                                   "(greedy and forward) or stop", "-p", "no:cacheprovider",
-                                   f"--fullgraph-report={tmp_path}", no_reraise_ctrlc=True)
+    toy_project.makepyfile(test_stop="def test_stop(fullgraph_check):\n"
+                                     "    fullgraph_check('toy', 'greedy', 'forward')\n"
+                                     "    raise KeyboardInterrupt\n")
+    result = toy_project.runpytest("test_stop.py", "--fullgraph-models=toy", "--fullgraph-backend=eager",
+                                   "-p", "no:cacheprovider", f"--fullgraph-report={tmp_path}", no_reraise_ctrlc=True)
     assert result.ret == pytest.ExitCode.INTERRUPTED
     report = read_report(tmp_path)
     assert report["run"] == {"exitstatus": int(pytest.ExitCode.INTERRUPTED), "interrupted": True}
@@ -120,3 +121,14 @@ def test_complete_run_says_it_was_not_interrupted(toy_project: pytest.Pytester, 
     toy_project.runpytest("--fullgraph-models=toy", "--fullgraph-backend=eager", *FORWARD_GREEDY,
                           f"--fullgraph-report={tmp_path}").assert_outcomes(passed=1)
     assert read_report(tmp_path)["run"] == {"exitstatus": 0, "interrupted": False}
+
+
+def test_a_test_running_several_checks_records_each_of_them(toy_project: pytest.Pytester, tmp_path: Path) -> None:
+    toy_project.makepyfile(test_two="def test_two(fullgraph_check):\n"
+                                    "    fullgraph_check('toy', 'greedy', 'forward')\n"
+                                    "    fullgraph_check('toy', 'eos', 'forward')\n")
+    result = toy_project.runpytest_subprocess("test_two.py", "-n", "1", "--fullgraph-models=toy",
+                                              "--fullgraph-backend=eager", "-p", "no:cacheprovider",
+                                              f"--fullgraph-report={tmp_path}")
+    result.assert_outcomes(passed=1)
+    assert sorted(checks_by_id(read_report(tmp_path))) == ["toy-eos-forward", "toy-greedy-forward"]

@@ -57,11 +57,11 @@ def test_registration_from_a_sub_directory_conftest_says_where_it_must_happen(py
     (sub / "conftest.py").write_text("from pytest_fullgraph import build_tiny, register_model\n"
                                      "register_model('late', lambda: build_tiny('llama'))\n")
     (sub / "test_x.py").write_text("def test_x(fullgraph_model_name):\n    pass\n")
-    selected = pytester.runpytest("--fullgraph-models=late")
+    selected = pytester.runpytest(".", "--fullgraph-models=late")
     assert selected.ret == pytest.ExitCode.USAGE_ERROR
     assert "unknown model name(s): late" in selected.stderr.str()
     assert "a conftest.py in a sub-directory is loaded too late" in selected.stderr.str()
-    collected = pytester.runpytest("--fullgraph-models=llama")
+    collected = pytester.runpytest(".", "--fullgraph-models=llama")
     assert collected.ret != 0
     collected.stdout.fnmatch_lines(["*register_model('late') ran after the session chose its models*"])
     # a conftest next to the path given on the command line is loaded before the session starts
@@ -72,7 +72,7 @@ def test_a_register_hook_in_a_sub_directory_conftest_is_an_error_naming_it(pytes
     sub = pytester.mkdir("sub")
     (sub / "conftest.py").write_text("def pytest_fullgraph_register_models(registry):\n    pass\n")
     (sub / "test_x.py").write_text("def test_x():\n    pass\n")
-    result = pytester.runpytest("--fullgraph-models=llama")
+    result = pytester.runpytest(".", "--fullgraph-models=llama")
     assert result.ret != 0
     assert ("implements pytest_fullgraph_register_models but was loaded during collection"
             in result.stdout.str() + result.stderr.str())

@@ -9,6 +9,11 @@ from pytest_fullgraph.models import Registry, session_registry
 HEADER_TEST = "def test_nothing(fullgraph_settings):\n    pass\n"
 
 
+def run_here(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    """Run only the test files written here: an explicit path keeps the conformance suite out."""
+    return pytester.runpytest(str(pytester.path), *args)
+
+
 def header(result: pytest.RunResult) -> str:
     return next(line for line in result.outlines if line.startswith("fullgraph:"))
 
@@ -77,7 +82,7 @@ def test_run_slow_precedence_cli_env_ini(pytester: pytest.Pytester, monkeypatch:
     if ini is not None:
         pytester.makeini(f"[pytest]\nfullgraph_run_slow = {ini}\n")
     pytester.makepyfile(HEADER_TEST)
-    text = header(pytester.runpytest(*cli))
+    text = header(run_here(pytester, *cli))
     assert ("tier=slow" in text) is slow
     # the slow tier switches the defaults to inductor and longer generations
     assert ("backend=inductor max_new_tokens=16" in text) is slow
@@ -88,10 +93,10 @@ def test_cli_beats_ini_for_values(pytester: pytest.Pytester, monkeypatch: pytest
     pytester.makeini("[pytest]\nfullgraph_models = qwen2,phi\nfullgraph_backend = eager\n"
                      "fullgraph_max_new_tokens = 7\nfullgraph_strict = true\n")
     pytester.makepyfile(HEADER_TEST)
-    assert header(pytester.runpytest()) == ("fullgraph: models=qwen2,phi backend=eager max_new_tokens=7 "
+    assert header(run_here(pytester)) == ("fullgraph: models=qwen2,phi backend=eager max_new_tokens=7 "
                                             "tier=fast strict=True")
-    text = header(pytester.runpytest("--fullgraph-models=mamba", "--fullgraph-backend=inductor",
-                                     "--fullgraph-max-new-tokens=2"))
+    text = header(run_here(pytester, "--fullgraph-models=mamba", "--fullgraph-backend=inductor",
+                           "--fullgraph-max-new-tokens=2"))
     assert text.startswith("fullgraph: models=mamba backend=inductor max_new_tokens=2 ")
 
 
@@ -109,7 +114,7 @@ def test_slow_marker_skips_with_reason_unless_slow_tier(pytester: pytest.Pyteste
 def test_parametrization_ids_are_model_scenario_level(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_case(fullgraph_model_name, fullgraph_scenario, fullgraph_level):\n"
                         "    pass\n")
-    result = pytester.runpytest("--collect-only", "-q", "--fullgraph-models=gemma,llama")
+    result = run_here(pytester, "--collect-only", "-q", "--fullgraph-models=gemma,llama")
     ids = [line.split("[")[1].rstrip("]") for line in result.outlines if "::test_case[" in line]
     assert ids[:5] == ["gemma-greedy-forward", "gemma-greedy-generate", "gemma-greedy-decode",
                        "gemma-greedy-export", "gemma-sample-forward"]

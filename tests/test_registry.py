@@ -40,7 +40,7 @@ def test_register_model_function_and_hook(pytester: pytest.Pytester) -> None:
         "    assert fullgraph_model.config.model_type == {'by_function': 'llama', 'by_hook': 'gpt2'}"
         "[fullgraph_model_name]\n"
     )
-    result = pytester.runpytest("--fullgraph-models=by_function,by_hook", "-v")
+    result = pytester.runpytest(str(pytester.path), "--fullgraph-models=by_function,by_hook", "-v")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*test_model[[]by_function[]] PASSED*", "*test_model[[]by_hook[]] PASSED*"])
 

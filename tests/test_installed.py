@@ -1,0 +1,75 @@
+"""The suite ships in the package: selecting models in any directory collects it, once, and a run that
+selects models but collects no check says why."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import TOY_CONFTEST, checks_by_id, read_report
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+
+
+def test_selecting_models_in_an_empty_project_runs_the_shipped_suite(toy_project: pytest.Pytester,
+                                                                     tmp_path: Path) -> None:
+    assert not list(toy_project.path.glob("test_*.py"))  # no test file of the user's
+    result = toy_project.runpytest("--fullgraph-models=toy", "--fullgraph-backend=eager", "-k", "greedy and forward",
+                                   "-p", "no:cacheprovider", f"--fullgraph-report={tmp_path}")
+    result.assert_outcomes(passed=1)
+    assert list(checks_by_id(read_report(tmp_path))) == ["toy-greedy-forward"]
+
+
+@pytest.mark.parametrize(("args", "why"), [
+    (["test_mine.py"], "test paths on the command line replace the built-in suite (add --pyargs "
+                       "pytest_fullgraph.suite, or --fullgraph-suite=on)"),
+    (["--fullgraph-suite=off"], "--fullgraph-suite=off, and no collected test uses the fullgraph fixtures"),
+    (["-k", "nothing_matches"], "every conformance check was deselected (-k, -m or --deselect)"),
+])
+def test_models_selected_but_no_check_collected_says_why(pytester: pytest.Pytester, args: list[str],
+                                                         why: str) -> None:
+    pytester.makepyfile(test_mine="def test_mine():\n    pass\n")
+    result = pytester.runpytest("--fullgraph-models=llama", "--collect-only", *args)
+    result.stdout.fnmatch_lines([f"fullgraph: models llama selected but no conformance check collected: {why}"])
+
+
+def test_suite_on_adds_the_checks_to_explicit_paths(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_mine="def test_mine():\n    pass\n")
+    result = pytester.runpytest("test_mine.py", "--fullgraph-models=llama", "--fullgraph-suite=on",
+                                "--collect-only", "-q")
+    collected = [line for line in result.outlines if "::" in line]
+    assert "test_mine.py::test_mine" in collected
+    assert sum("test_conformance.py::test_generation_compiles_exactly[llama-" in line for line in collected) == 16
+
+
+def test_in_this_repository_the_suite_is_collected_once() -> None:
+    completed = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                                "--fullgraph-models=llama"], cwd=REPOSITORY, capture_output=True, text=True,
+                               check=False)
+    ids = [line for line in completed.stdout.splitlines() if "::" in line]
+    assert len(ids) == len(set(ids)) == 16 + 2, completed.stdout  # 16 checks, the property and CUDA tests
+    assert all(line.startswith("suites/") for line in ids)
+
+
+def test_a_non_editable_install_runs_the_suite_from_site_packages(tmp_path: Path) -> None:
+    """The package as pip installs it (a built wheel, not this checkout), in a project outside the repository."""
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                    "--target", str(target), str(REPOSITORY)], check=True, capture_output=True)
+    assert (target / "pytest_fullgraph" / "suite" / "test_conformance.py").is_file()
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "conftest.py").write_text(TOY_CONFTEST)
+    environment = {**os.environ, "PYTHONPATH": str(target)}  # the installed copy shadows this checkout
+    command = [sys.executable, "-m", "pytest", "--fullgraph-models=toy", "-k", "greedy and forward",
+               "--fullgraph-backend=eager", "-p", "no:cacheprovider", "-v"]
+    tree = subprocess.run([*command, "--collect-only"], cwd=project, env=environment, capture_output=True,
+                          text=True, check=False).stdout
+    assert "<Dir site>" in tree and "<Package suite>" in tree, tree  # collected from the installed package
+    completed = subprocess.run(command, cwd=project, env=environment, capture_output=True, text=True, check=False)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "test_conformance.py::test_generation_compiles_exactly[toy-greedy-forward] PASSED" in completed.stdout
