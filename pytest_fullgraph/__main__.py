@@ -26,6 +26,8 @@ def _parser() -> argparse.ArgumentParser:
                          help="A baseline check absent from the current report is a note, not a regression")
     compare.add_argument("--ratchet", action="store_true",
                          help="Improvements fail too, so the baseline is refreshed whenever results get better")
+    compare.add_argument("--divergences-only", action="store_true",
+                         help="A mismatch classified as a rounding flip counts as a pass (for bfloat16/float16 jobs)")
     commands.add_parser("models", help="List the built-in models with family and tags")
     return parser
 
@@ -41,7 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(path)
             return 0
         gate = report.diff(report.load(args.baseline), report.load(args.current),
-                           allow_missing=args.allow_missing, ratchet=args.ratchet)
+                           allow_missing=args.allow_missing, ratchet=args.ratchet,
+                           divergences_only=args.divergences_only)
         for line in [*gate.regressions, *gate.improvements, *gate.notes]:
             print(line)
         print(gate.summary())

@@ -8,13 +8,14 @@ module never branches on which level it is.
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from pytest_fullgraph import breaks
-from pytest_fullgraph.compare import eager_logit_gap, first_difference, static_cache_verdict
+from pytest_fullgraph.compare import eager_logit_gap, first_difference, precision_verdict, static_cache_verdict
 from pytest_fullgraph.generation import generate, seeded
 from pytest_fullgraph.results import (
     BREAK,
@@ -22,7 +23,9 @@ from pytest_fullgraph.results import (
     MISMATCH,
     NONDETERMINISTIC,
     PASS,
+    SKIP,
     CheckResult,
+    Mismatch,
     first_line,
 )
 from pytest_fullgraph.scenarios import (
@@ -30,6 +33,7 @@ from pytest_fullgraph.scenarios import (
     generation_config,
     make_inputs,
     model_device,
+    model_dtype,
     model_generation_defaults,
     pick_eos_token,
 )
@@ -42,6 +46,8 @@ if TYPE_CHECKING:
 
 #: Threads used while a check runs: reductions are then reproducible run to run.
 CHECK_THREADS = 1
+#: How PyTorch says an op has no kernel for a dtype on this device: the combination is skipped, not failed.
+_NO_KERNEL = re.compile(r"not implemented for '(BFloat16|Half|Float8\w*)'")
 
 
 @contextlib.contextmanager
@@ -85,7 +91,7 @@ def run_check(
     if isinstance(model, BaseException):
         result.message = f"model {model_name!r} failed to build: {type(model).__name__}: {first_line(model)}"
         return result
-    result.device = model_device(model)
+    result.device, result.dtype = model_device(model), model_dtype(model)
     inputs = make_inputs(model, scenario)
     prompt_width = int(inputs["input_ids"].shape[1])
     stage = "eager generation"
@@ -111,6 +117,9 @@ def run_check(
             where = f" at {located.where()}" if located.file else ""
             result.outcome = ERROR
             result.message = f"{stage} failed{where}: {type(error).__name__}: {first_line(error)}"
+            if stage.startswith("eager generation") and _NO_KERNEL.search(str(error)):
+                result.outcome = SKIP
+                result.message = f"{result.dtype} cannot run here{where}: {type(error).__name__}: {first_line(error)}"
             if stage == "compiled generation":
                 result.first_break = located
     return result
@@ -162,12 +171,22 @@ def _own_loop_agrees(result: CheckResult, level: Level, model: PreTrainedModel, 
     if ours is None or torch.equal(eager, ours):
         return True
     result.outcome = MISMATCH
-    result.mismatch = first_difference(eager, ours, prompt_width)
-    result.mismatch.eager_logit_gap = eager_logit_gap(model, inputs, config, seed, result.mismatch)
+    result.mismatch = _explained_difference(model, inputs, config, seed, eager, ours, result.dtype)
     result.message = (f"{level.own_loop} run eagerly differs from model.generate at "
                       f"{result.mismatch.describe(level.own_loop)}"
-                      f"{static_cache_verdict(model, inputs, config, seed, eager)}")
+                      f"{static_cache_verdict(model, inputs, config, seed, eager, result.dtype)}")
     return False
+
+
+def _explained_difference(model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig, seed: int,
+                          eager: torch.Tensor, other: torch.Tensor, dtype: str) -> Mismatch:
+    """Where two runs first differ, eager's logit gap there and, for a greedy step, whether the difference
+    is a rounding flip or a divergence (sampled steps depend on the random draw, which float64 cannot replay)."""
+    mismatch = first_difference(eager, other, int(inputs["input_ids"].shape[1]))
+    mismatch.eager_logit_gap = eager_logit_gap(model, inputs, config, seed, mismatch)
+    if not config.do_sample:
+        mismatch.precision = precision_verdict(model, inputs, eager, dtype, mismatch)
+    return mismatch
 
 
 def forget_compiled(model: Any) -> None:
@@ -211,8 +230,7 @@ def _compile_and_compare(result: CheckResult, model: PreTrainedModel, inputs: di
         counted = f"{trace.graph_count} graph(s), " if level.graph_rule.counts_graphs else ""
         result.outcome, result.message = PASS, f"{counted}tokens equal to eager"
         return
-    mismatch = first_difference(eager, compiled, prompt_width)
-    mismatch.eager_logit_gap = eager_logit_gap(model, inputs, config, seed, mismatch)
+    mismatch = _explained_difference(model, inputs, config, seed, eager, compiled, result.dtype)
     result.outcome, result.mismatch = MISMATCH, mismatch
     result.message = f"compiled tokens differ from eager at {mismatch.describe()}"
 

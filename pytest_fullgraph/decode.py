@@ -104,12 +104,12 @@ def prepare(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: tor
         generation_config=config, input_ids_seq_length=prompt_length, encoder_input_ids=input_ids,
         device=input_ids.device, model_kwargs={"attention_mask": attention_mask})
     eos = config._eos_token_tensor
-    forward_parameters = _forward_parameters(model)
-    if "cache" not in forward_parameters:
+    parameters = forward_parameters(model)
+    if "cache" not in parameters:
         raise UnsupportedGeneration(f"{type(model).__name__}.forward takes no `cache` argument")
     return DecodePlan(config, processors, max_new_tokens, bool(config.do_sample),
                       eos if eos is not None and eos.numel() > 0 else None, config._pad_token_tensor,
-                      "position_ids" in forward_parameters, "logits_to_keep" in forward_parameters,
+                      "position_ids" in parameters, "logits_to_keep" in parameters,
                       _mask_when_decoding(model, input_ids, attention_mask))
 
 
@@ -124,7 +124,7 @@ def _mask_when_decoding(model: PreTrainedModel, input_ids: torch.Tensor, attenti
     return step_inputs.get("attention_mask") is not None
 
 
-def _forward_parameters(model: PreTrainedModel) -> set[str]:
+def forward_parameters(model: PreTrainedModel) -> set[str]:
     """Named parameters of the model's forward; a ``forward(*args, **kwargs)`` wrapper defers to its base."""
     for klass in type(model).__mro__:
         forward = vars(klass).get("forward")
@@ -151,7 +151,7 @@ def new_static_cache(model: PreTrainedModel, max_cache_len: int) -> Any:
     return StaticCache(config=model.config, max_cache_len=max_cache_len)
 
 
-def _initial_positions(attention_mask: torch.Tensor) -> torch.Tensor:
+def initial_positions(attention_mask: torch.Tensor) -> torch.Tensor:
     """Position ids as ``generate`` derives them from a left-padded mask."""
     return (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)
 
@@ -195,7 +195,7 @@ def decode_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tenso
     unfinished = torch.ones(input_ids.shape[0], dtype=torch.long, device=input_ids.device)
     steps = torch.zeros((), dtype=torch.long, device=input_ids.device)
     sequences = input_ids
-    step_input, step_positions = input_ids, _initial_positions(attention_mask)
+    step_input, step_positions = input_ids, initial_positions(attention_mask)
     step_mask: torch.Tensor | None = attention_mask
     for _ in range(plan.max_new_tokens):
         logits = model(input_ids=step_input, attention_mask=step_mask, cache=cache,
@@ -274,7 +274,7 @@ def decode_while_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch
     from transformers import Cache
 
     batch, prompt_length = int(input_ids.shape[0]), int(input_ids.shape[1])
-    position_ids = _initial_positions(attention_mask)
+    position_ids = initial_positions(attention_mask)
     full_mask = torch.cat([attention_mask, attention_mask.new_ones((batch, plan.max_new_tokens - 1))], dim=-1)
     sequences = torch.cat([input_ids, input_ids.new_full((batch, plan.max_new_tokens), 0)], dim=-1)
     # prefill, with the static cache, outside the loop

@@ -11,6 +11,8 @@ import pytest
 from pytest_fullgraph.models import Registry
 
 BACKENDS = ("eager", "aot_eager", "inductor")
+#: Dtypes a model can be checked in; float64 is the reference that judges rounding, not a dtype under test.
+DTYPES = ("float32", "bfloat16", "float16")
 DEFAULT_MODELS = "llama,gemma"
 FAST_BACKEND, SLOW_BACKEND = "aot_eager", "inductor"
 FAST_MAX_NEW_TOKENS, SLOW_MAX_NEW_TOKENS = 4, 16
@@ -40,11 +42,14 @@ class Settings:
     suite: str = "auto"
     #: whether models were chosen explicitly (command line or ini) rather than by default
     models_selected: bool = False
+    #: the dtypes every check runs in (the dtype axis of the test ids)
+    dtypes: tuple[str, ...] = ("float32",)
 
     def describe(self) -> dict[str, object]:
         """The settings a report records (JSON builtins)."""
-        return {"models": list(self.models), "backend": self.backend, "max_new_tokens": self.max_new_tokens,
-                "run_slow": self.run_slow, "strict": self.strict, "breaks": self.breaks}
+        return {"models": list(self.models), "dtypes": list(self.dtypes), "backend": self.backend,
+                "max_new_tokens": self.max_new_tokens, "run_slow": self.run_slow, "strict": self.strict,
+                "breaks": self.breaks}
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -69,11 +74,15 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--fullgraph-breaks", dest="fullgraph_breaks", metavar="MODE", default=None,
                     help="'all': a check that breaks runs once more without fullgraph to record every break "
                          "(default); 'first': record only the first break, faster (ini: fullgraph_breaks)")
+    group.addoption("--fullgraph-dtype", dest="fullgraph_dtype", metavar="DTYPES", default=None,
+                    help=f"Comma list of dtypes to run every check in, of {', '.join(DTYPES)} (default: float32; "
+                         "ini: fullgraph_dtype)")
     group.addoption("--fullgraph-suite", dest="fullgraph_suite", metavar="MODE", default=None,
                     help="When to collect the built-in conformance suite: 'auto' (default) when models are "
                          "selected and no test paths are given, 'on' always, 'off' never (ini: fullgraph_suite)")
     parser.addini("fullgraph_models", "Default for --fullgraph-models", default=None)
     parser.addini("fullgraph_suite", "Default for --fullgraph-suite", default=None)
+    parser.addini("fullgraph_dtype", "Default for --fullgraph-dtype", default=None)
     parser.addini("fullgraph_backend", "Default for --fullgraph-backend", default=None)
     parser.addini("fullgraph_max_new_tokens", "Default for --fullgraph-max-new-tokens", default=None)
     parser.addini("fullgraph_breaks", "Default for --fullgraph-breaks", default=None)
@@ -109,6 +118,16 @@ def parse_choice(value: str, source: str, choices: tuple[str, ...], what: str) -
     if chosen not in choices:
         raise pytest.UsageError(f"{source}={value!r} is not {what}; use one of {', '.join(choices)}")
     return chosen
+
+
+def parse_choices(value: str, source: str, choices: tuple[str, ...], what: str) -> tuple[str, ...]:
+    """A comma list of choices, in the order given, duplicates dropped; every bad entry is named."""
+    chosen = [part.strip() for part in value.split(",") if part.strip()]
+    bad = [part for part in chosen if part not in choices]
+    if bad or not chosen:
+        raise pytest.UsageError(f"{source}={value!r}: {', '.join(map(repr, bad)) or 'nothing'} is not {what}; "
+                                f"use a comma list of {', '.join(choices)}")
+    return tuple(dict.fromkeys(chosen))
 
 
 def _pick(config: pytest.Config, name: str) -> tuple[str | None, str]:
@@ -161,8 +180,10 @@ def resolve_settings(config: pytest.Config, registry: Registry) -> Settings:
     breaks_value, breaks_source = _pick(config, "fullgraph_breaks")
     breaks = "all" if breaks_value is None else parse_choice(breaks_value, breaks_source, BREAK_MODES,
                                                               "a break mode")
+    dtype_value, dtype_source = _pick(config, "fullgraph_dtype")
+    dtypes = ("float32",) if dtype_value is None else parse_choices(dtype_value, dtype_source, DTYPES, "a dtype")
     suite_value, suite_source = _pick(config, "fullgraph_suite")
     suite = "auto" if suite_value is None else parse_choice(suite_value, suite_source, SUITE_MODES, "a suite mode")
     return Settings(models=models, backend=backend, max_new_tokens=max_new_tokens, run_slow=run_slow,
                     strict=strict, report_dir=report_dir, breaks=breaks, suite=suite,
-                    models_selected=models_value is not None)
+                    models_selected=models_value is not None, dtypes=dtypes)

@@ -11,7 +11,7 @@ import pytest
 
 from pytest_fullgraph import breaks, hookspecs, models, options, report
 from pytest_fullgraph.levels import builtin_levels
-from pytest_fullgraph.results import CheckResult
+from pytest_fullgraph.results import DEFAULT_DTYPE, CheckResult
 from pytest_fullgraph.scenarios import SCENARIOS
 from pytest_fullgraph.session import REPORT_ATTRIBUTE, RESULTS_KEY, FullgraphSession, KnownLimitation
 
@@ -97,11 +97,12 @@ def pytest_report_header(config: pytest.Config) -> str:
     settings = config.stash[SESSION_KEY].settings
     tier = "slow" if settings.run_slow else "fast"
     return (f"fullgraph: models={','.join(settings.models)} backend={settings.backend} "
-            f"max_new_tokens={settings.max_new_tokens} tier={tier} strict={settings.strict}")
+            f"max_new_tokens={settings.max_new_tokens} tier={tier} strict={settings.strict} "
+            f"dtypes={','.join(settings.dtypes)}")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Parametrize in model, scenario, level order, giving ids like ``llama-greedy-forward``."""
+    """Parametrize in model, scenario, level, dtype order, giving ids like ``llama-greedy-forward-float32``."""
     for fixture_name, values in _axes(metafunc.config.stash[SESSION_KEY]).items():
         if fixture_name in metafunc.fixturenames:
             metafunc.parametrize(fixture_name, values, ids=list(values))
@@ -110,7 +111,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def _axes(session: FullgraphSession) -> dict[str, tuple[str, ...]]:
     """The parametrized fixtures and their values, in test-id order; the same on every xdist worker."""
     return {"fullgraph_model_name": session.settings.models, "fullgraph_scenario": tuple(SCENARIOS),
-            "fullgraph_level": tuple(session.levels)}
+            "fullgraph_level": tuple(session.levels), "fullgraph_dtype": session.settings.dtypes}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -163,7 +164,7 @@ class _ControllerHooks:
         axes = _axes(self.session)
         self.session.record_crash(crashitem, _worker_id(getattr(report, "node", None)),
                                   {"models": axes["fullgraph_model_name"], "scenarios": axes["fullgraph_scenario"],
-                                   "levels": axes["fullgraph_level"]})
+                                   "levels": axes["fullgraph_level"], "dtypes": axes["fullgraph_dtype"]})
 
     def pytest_plugin_registered(self, plugin: object, manager: pytest.PytestPluginManager) -> None:
         """A conftest loaded during collection cannot add models or levels any more: say so, not "unknown"."""
@@ -215,9 +216,12 @@ def fullgraph_settings(pytestconfig: pytest.Config) -> options.Settings:
 
 
 @pytest.fixture
-def fullgraph_model(pytestconfig: pytest.Config, fullgraph_model_name: str) -> PreTrainedModel:
-    """The selected model, built once per worker; a build failure errors this test only."""
-    built = pytestconfig.stash[SESSION_KEY].model(fullgraph_model_name)
+def fullgraph_model(request: pytest.FixtureRequest, fullgraph_model_name: str) -> PreTrainedModel:
+    """The selected model, built once per worker, in the test's ``fullgraph_dtype`` if it has that axis
+    (float32 otherwise); a build failure errors this test only."""
+    callspec = getattr(request.node, "callspec", None)
+    dtype = callspec.params.get("fullgraph_dtype", DEFAULT_DTYPE) if callspec else DEFAULT_DTYPE
+    built = request.config.stash[SESSION_KEY].model(fullgraph_model_name, dtype)
     if isinstance(built, KnownLimitation):
         pytest.xfail(f"known limitation of model {fullgraph_model_name!r}: {built}")
     if isinstance(built, BaseException):
@@ -227,15 +231,16 @@ def fullgraph_model(pytestconfig: pytest.Config, fullgraph_model_name: str) -> P
 
 @pytest.fixture
 def fullgraph_check(request: pytest.FixtureRequest) -> Callable[..., CheckResult]:
-    """Run one check: ``fullgraph_check(model, scenario, level)`` → ``CheckResult``.
+    """Run one check: ``fullgraph_check(model, scenario, level, dtype="float32")`` → ``CheckResult``.
 
     The result is recorded for the report and JUnit, then judged (xfail on a break unless strict, fail on
     mismatch/error/nondeterministic) unless ``verdict=False``.
     """
     fullgraph_session: FullgraphSession = request.config.stash[SESSION_KEY]
 
-    def run(model: str, scenario: str, level: str, *, verdict: bool = True) -> CheckResult:
-        result = fullgraph_session.run(model, scenario, level)
+    def run(model: str, scenario: str, level: str, dtype: str = DEFAULT_DTYPE, *,
+            verdict: bool = True) -> CheckResult:
+        result = fullgraph_session.run(model, scenario, level, dtype)
         request.node.stash.setdefault(RESULTS_KEY, []).append(result)
         if not fullgraph_session.is_worker:
             # recorded now, not only from the test's report: a run interrupted inside this test keeps it

@@ -10,10 +10,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 SCHEMA = "pytest_fullgraph/report"
-#: Version 2 added ``run`` (exit status, interrupted), per-check ``device`` and merged-environment fields.
-SCHEMA_VERSION = 2
-#: Versions this package reads; a version 1 report loads with the version 2 fields at their defaults.
-READABLE_SCHEMA_VERSIONS = (1, 2)
+#: Version 2 added ``run`` (exit status, interrupted), per-check ``device`` and merged-environment fields;
+#: version 3 the ``dtype`` of each check (part of its identity), the ``skip`` outcome and ``mismatch.precision``.
+SCHEMA_VERSION = 3
+#: Versions this package reads; older reports load with the newer fields at their defaults (float32).
+READABLE_SCHEMA_VERSIONS = (1, 2, 3)
 
 
 @dataclass(frozen=True)
@@ -30,14 +31,20 @@ class OutcomeKind:
 #: The outcome vocabulary, defined once, least severe first; every rendering and the gate read it from here.
 OUTCOMES: dict[str, OutcomeKind] = {kind.name: kind for kind in (
     OutcomeKind("pass", 0, "✅ pass", "pass", "compiled tokens equal eager tokens (torch.equal)"),
-    OutcomeKind("nondeterministic", 1, "⚠️ nondet", "NONDET",
+    OutcomeKind("skip", 1, "⏭️ skip", "skip",
+                "the combination cannot run here (e.g. no kernel for the dtype on this device); nothing was judged"),
+    OutcomeKind("nondeterministic", 2, "⚠️ nondet", "NONDET",
                 "eager generation differs from itself, so exactness cannot be judged"),
-    OutcomeKind("break", 2, "⛔ break", "break", "fullgraph=True hit a graph break, or the one-graph rule failed"),
-    OutcomeKind("mismatch", 3, "❌ mismatch", "MISMATCH", "compiled tokens differ from eager tokens"),
-    OutcomeKind("error", 4, "💥 error", "ERROR",
+    OutcomeKind("break", 3, "⛔ break", "break", "fullgraph=True hit a graph break, or the one-graph rule failed"),
+    OutcomeKind("mismatch", 4, "❌ mismatch", "MISMATCH", "compiled tokens differ from eager tokens"),
+    OutcomeKind("error", 5, "💥 error", "ERROR",
                 "the model failed to build, eager generation crashed, the compiler crashed or a worker died"),
 )}
-PASS, NONDETERMINISTIC, BREAK, MISMATCH, ERROR = OUTCOMES
+PASS, SKIP, NONDETERMINISTIC, BREAK, MISMATCH, ERROR = OUTCOMES
+#: The dtype a check runs in unless ``--fullgraph-dtype`` says otherwise, and the one older reports imply.
+DEFAULT_DTYPE = "float32"
+#: Classes of a mismatch, from its float64 reference (see ``PrecisionVerdict``).
+ROUNDING, DIVERGENCE = "rounding", "divergence"
 #: Outcomes that fail a test whatever the strictness (a break is xfail unless strict).
 FAILING_OUTCOMES = (MISMATCH, ERROR, NONDETERMINISTIC)
 
@@ -104,6 +111,38 @@ class BreakRecord:
 
 
 @dataclass
+class PrecisionVerdict:
+    """Is a token difference a rounding flip or a divergence? Judged at the first differing step from the
+    next-token logits recomputed in float64 from the same weights and the same prefix.
+
+    ``rounding``: the two tokens are tied within the rounding of the check's dtype there (their float64 gap
+    is no larger than how far the dtype's own logits are from float64, nor than one rounding step of the
+    dtype at that magnitude); ``divergence``: one token is clearly ahead.
+    """
+
+    kind: str
+    dtype: str
+    #: float64 reference logits of the reference run's token and of the other run's token
+    reference_logit: float
+    other_logit: float
+    #: reference_logit - other_logit, in float64
+    reference_gap: float
+    #: one rounding step (unit in the last place) of ``dtype`` at the logits' magnitude
+    rounding_step: float
+    #: largest difference between the dtype's own logits and float64 at the two tokens: rounding that piled up
+    noise: float
+
+    @property
+    def gap_in_steps(self) -> float:
+        return abs(self.reference_gap) / self.rounding_step if self.rounding_step else float("inf")
+
+    def describe(self) -> str:
+        return (f"float64 reference logits {self.reference_logit:.6g} vs {self.other_logit:.6g}, gap "
+                f"{self.reference_gap:.3g} = {self.gap_in_steps:.3g} {self.dtype} rounding steps there ({self.dtype} "
+                f"off float64 by up to {self.noise:.3g}): {self.kind}")
+
+
+@dataclass
 class Mismatch:
     """Where compiled tokens first differ from eager ones, and how close eager's choice was there."""
 
@@ -115,6 +154,12 @@ class Mismatch:
     eager_logit_gap: float | None = None
     eager_shape: list[int] = field(default_factory=list)
     compiled_shape: list[int] = field(default_factory=list)
+    #: rounding flip or divergence, when the tokens (not only the shapes) differ and float64 could judge it
+    precision: PrecisionVerdict | None = None
+
+    @property
+    def kind(self) -> str | None:
+        return self.precision.kind if self.precision else None
 
     def describe(self, other: str = "compiled") -> str:
         """``other`` names what was compared with eager: the compiled run, or our loop run eagerly."""
@@ -123,7 +168,16 @@ class Mismatch:
                 f"{other} {self.compiled_token}; eager top-1/top-2 logit gap there {gap}")
         if self.eager_shape != self.compiled_shape:
             text += f"; shapes eager {tuple(self.eager_shape)} vs {other} {tuple(self.compiled_shape)}"
+        if self.precision is not None:
+            text += f"; {self.precision.describe()}"
         return text
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Mismatch:
+        fields = dict(data)
+        if fields.get("precision"):
+            fields["precision"] = PrecisionVerdict(**fields["precision"])
+        return cls(**fields)
 
 
 @dataclass
@@ -148,14 +202,16 @@ class CheckResult:
     #: where the check's tensors lived ("cpu", "cuda:0"); "" when it never reached a model
     device: str = ""
     timings: dict[str, float] = field(default_factory=dict)
+    #: the dtype the model ran in; part of the check's identity
+    dtype: str = DEFAULT_DTYPE
 
     @property
     def check_id(self) -> str:
-        return f"{self.model}-{self.scenario}-{self.level}"
+        return f"{self.model}-{self.scenario}-{self.level}-{self.dtype}"
 
     @property
-    def key(self) -> tuple[str, str, str]:
-        return (self.model, self.scenario, self.level)
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.model, self.scenario, self.level, self.dtype)
 
     def break_records(self) -> list[BreakRecord]:
         """Every recorded break, or the first one alone when no diagnostic pass ran."""
@@ -175,5 +231,5 @@ class CheckResult:
             fields["first_break"] = BreakRecord.from_dict(fields["first_break"])
         fields["breaks"] = [BreakRecord.from_dict(b) for b in fields.get("breaks", [])]
         if fields.get("mismatch"):
-            fields["mismatch"] = Mismatch(**fields["mismatch"])
+            fields["mismatch"] = Mismatch.from_dict(fields["mismatch"])
         return cls(**fields)

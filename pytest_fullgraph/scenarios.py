@@ -87,6 +87,16 @@ def moved_to(model: Any, device: str) -> Iterator[Any]:
         model.to(original)
 
 
+def model_dtype(model: Any) -> str:
+    """The dtype of the model's floating-point parameters ("float32", "bfloat16"); float32 for parameterless
+    fakes."""
+    parameters = getattr(model, "parameters", None)
+    for parameter in (parameters() if callable(parameters) else ()):
+        if parameter.is_floating_point():
+            return str(parameter.dtype).removeprefix("torch.")
+    return "float32"
+
+
 def generation_config(scenario: Scenario, max_new_tokens: int, eos_token_id: int | None) -> GenerationConfig:
     from transformers import GenerationConfig
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,8 +13,8 @@ import pytest
 from pytest_fullgraph import report
 from pytest_fullgraph.levels import Levels
 from pytest_fullgraph.models import Registry
-from pytest_fullgraph.options import Settings
-from pytest_fullgraph.results import BREAK, ERROR, PASS, CheckResult
+from pytest_fullgraph.options import DTYPES, Settings
+from pytest_fullgraph.results import BREAK, DEFAULT_DTYPE, ERROR, PASS, SKIP, CheckResult
 from pytest_fullgraph.scenarios import SCENARIOS
 
 if TYPE_CHECKING:
@@ -22,6 +23,15 @@ if TYPE_CHECKING:
 #: Where a test's results travel from the fixture to its report (and from workers to the controller).
 RESULTS_KEY = pytest.StashKey[list[CheckResult]]()
 REPORT_ATTRIBUTE = "fullgraph_result"
+
+
+def in_dtype(model: Any, dtype: str) -> Any:
+    """A copy of ``model`` with its floating-point parameters and buffers in ``dtype``."""
+    import copy
+
+    import torch
+
+    return copy.deepcopy(model).to(getattr(torch, dtype))
 
 
 class KnownLimitation(Exception):
@@ -36,13 +46,13 @@ class FullgraphSession:
     is_worker: bool = False
     #: results by (test node id, check key): a test may run several checks; a result seen twice (from the
     #: fixture, then from the test's report) is kept once
-    recorded: dict[tuple[str, tuple[str, str, str]], CheckResult] = field(default_factory=dict)
+    recorded: dict[tuple[str, tuple[str, str, str, str]], CheckResult] = field(default_factory=dict)
     crashed_workers: list[dict[str, str]] = field(default_factory=list)
     run_status: dict[str, Any] = field(default_factory=lambda: {"exitstatus": None, "interrupted": False})
     written: list[Path] = field(default_factory=list)
     #: puts torch's structured-trace logger back as it was before this session quietened it
     restore_trace_logger: Callable[[], None] = lambda: None
-    _built: dict[str, Any] = field(default_factory=dict)
+    _built: dict[tuple[str, str], Any] = field(default_factory=dict)
 
     @property
     def results(self) -> list[CheckResult]:
@@ -57,37 +67,56 @@ class FullgraphSession:
         return report.Report(report.environment(self.settings.describe(), self.results, descriptions),
                              list(self.results), list(self.crashed_workers), dict(self.run_status))
 
-    def model(self, name: str) -> PreTrainedModel | BaseException:
-        """The built model, or the exception its build raised; built once per process and name."""
-        if name not in self._built:
-            if name not in self.registry:
-                raise pytest.UsageError(f"unknown model {name!r}; {self.registry.describe_choices()}")
-            spec = self.registry[name]
-            try:
-                if spec.known_reason:
-                    raise KnownLimitation(spec.known_reason)
-                self._built[name] = spec.build()
-            except Exception as error:  # a broken model must not take the others down
-                self._built[name] = error
-        return self._built[name]
+    def model(self, name: str, dtype: str = DEFAULT_DTYPE) -> PreTrainedModel | BaseException:
+        """The built model in ``dtype``, or the exception its build or conversion raised; built once per
+        process and name, converted once per dtype (a copy: the float32 model stays as built)."""
+        if (name, dtype) in self._built:
+            return self._built[(name, dtype)]
+        if name not in self.registry:
+            raise pytest.UsageError(f"unknown model {name!r}; {self.registry.describe_choices()}")
+        if dtype not in DTYPES:
+            raise pytest.UsageError(f"unknown dtype {dtype!r}; valid: {', '.join(DTYPES)}")
+        spec = self.registry[name]
+        try:
+            if spec.known_reason:
+                raise KnownLimitation(spec.known_reason)
+            if dtype == DEFAULT_DTYPE:
+                built: Any = spec.build()
+            else:
+                built = self.model(name, DEFAULT_DTYPE)
+                if isinstance(built, BaseException):
+                    raise built
+                built = in_dtype(built, dtype)
+        except Exception as error:  # a broken model must not take the others down
+            built = error
+        self._built[(name, dtype)] = built
+        return built
 
-    def run(self, model_name: str, scenario: str, level: str) -> CheckResult:
+    def run(self, model_name: str, scenario: str, level: str, dtype: str = DEFAULT_DTYPE) -> CheckResult:
         from pytest_fullgraph.check import run_check
 
         for value, allowed, what in ((scenario, list(SCENARIOS), "scenario"), (level, list(self.levels), "level")):
             if value not in allowed:
                 raise pytest.UsageError(f"unknown {what} {value!r}; valid: {', '.join(allowed)}")
-        model = self.model(model_name)
+        model = self.model(model_name, dtype)
         if isinstance(model, KnownLimitation):
             return CheckResult(model_name, scenario, level, self.settings.backend, self.settings.max_new_tokens,
-                               ERROR, f"known limitation of model {model_name!r}: {model}")
+                               ERROR, f"known limitation of model {model_name!r}: {model}", dtype=dtype)
+        if isinstance(model, BaseException):
+            result = run_check(model, model_name, SCENARIOS[scenario], self.levels[level], self.settings.backend,
+                               self.settings.max_new_tokens)
+            result.dtype = dtype
+            return result
         return run_check(model, model_name, SCENARIOS[scenario], self.levels[level], self.settings.backend,
                          self.settings.max_new_tokens, diagnose=self.settings.breaks == "all")
 
     def apply_verdict(self, result: CheckResult) -> None:
-        """pass → pass; break or known limitation → xfail (fail when strict); mismatch, error, nondet → fail."""
+        """pass → pass; skip → skip; break or known limitation → xfail (fail when strict); mismatch, error,
+        nondeterministic → fail."""
         if result.outcome == PASS:
             return
+        if result.outcome == SKIP:
+            pytest.skip(result.message)
         known = result.model in self.registry and bool(self.registry[result.model].known_reason)
         if not self.settings.strict and (result.outcome == BREAK or known):
             pytest.xfail(f"graph break: {result.message}" if result.outcome == BREAK else result.message)
@@ -97,7 +126,7 @@ class FullgraphSession:
         """A worker died while running ``nodeid``: name the test, and record the check as an error if it is one.
 
         The controller does not collect items under xdist, so the check is read back from the test id, whose
-        parameters are model-scenario-level in that order (``pytest_generate_tests``); ``axes`` holds the
+        parameters are model-scenario-level-dtype in that order (``pytest_generate_tests``); ``axes`` holds the
         allowed values of each.
         """
         for worker_entry in self.crashed_workers:
@@ -107,11 +136,10 @@ class FullgraphSession:
         else:
             self.crashed_workers.append({"node": worker, "error": "worker crashed", "test": nodeid})
         parameters = nodeid.rpartition("[")[2].rstrip("]") if nodeid.endswith("]") else ""
-        for model in axes["models"]:
-            for scenario in axes["scenarios"]:
-                for level in axes["levels"]:
-                    if parameters == f"{model}-{scenario}-{level}":
-                        self.record(nodeid, CheckResult(
-                            model, scenario, level, self.settings.backend, self.settings.max_new_tokens, ERROR,
-                            f"worker {worker} crashed while running this check ({nodeid})"))
-                        return
+        for model, scenario, level, dtype in itertools.product(axes["models"], axes["scenarios"], axes["levels"],
+                                                               axes["dtypes"]):
+            if parameters == f"{model}-{scenario}-{level}-{dtype}":
+                self.record(nodeid, CheckResult(
+                    model, scenario, level, self.settings.backend, self.settings.max_new_tokens, ERROR,
+                    f"worker {worker} crashed while running this check ({nodeid})", dtype=dtype))
+                return

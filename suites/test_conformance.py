@@ -1,4 +1,4 @@
-"""The conformance suite: one test per (model, scenario, level), ids like ``llama-greedy-forward``."""
+"""The conformance suite: one test per (model, scenario, level, dtype), ids like ``llama-greedy-forward-float32``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ def test_generation_compiles_exactly(
     fullgraph_model_name: str,
     fullgraph_scenario: str,
     fullgraph_level: str,
+    fullgraph_dtype: str,
     fullgraph_check: Callable[..., CheckResult],
 ) -> None:
     """Compiled generation must equal eager token for token; a graph break is xfail unless strict."""
-    fullgraph_check(fullgraph_model_name, fullgraph_scenario, fullgraph_level)
+    fullgraph_check(fullgraph_model_name, fullgraph_scenario, fullgraph_level, fullgraph_dtype)

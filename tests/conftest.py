@@ -44,6 +44,32 @@ TOY_CONFTEST = textwrap.dedent('''\
     register_model("toy_break", lambda: build_tiny("llama", model_class=PlantedBreak))
     register_model("toy_drift", lambda: build_tiny("llama", model_class=DriftsWhenCompiled))
     register_model("toy_broken", broken_build)
+
+
+    class TiesWhenCompiled(LlamaForCausalLM):
+        """Its top token always has an exact twin; compiled, a small bias picks the twin: a rounding flip."""
+
+        def forward(self, *args, **kwargs):
+            out = super().forward(*args, **kwargs)
+            logits = out.logits.clone()
+            top = logits.argmax(-1, keepdim=True)
+            twin = (top + 1) % logits.shape[-1]
+            tied = logits.gather(-1, top)
+            if torch.compiler.is_compiling():
+                tied = tied + tied.abs() * 0.01 + 0.001
+            out.logits = logits.scatter(-1, twin, tied)
+            return out
+
+
+    class NoHalfKernels(LlamaForCausalLM):
+        def forward(self, *args, **kwargs):
+            if self.dtype == torch.float16:
+                raise RuntimeError("addmm_impl_cpu_ not implemented for " + repr("Half"))
+            return super().forward(*args, **kwargs)
+
+
+    register_model("toy_tie", lambda: build_tiny("llama", model_class=TiesWhenCompiled))
+    register_model("toy_nohalf", lambda: build_tiny("llama", model_class=NoHalfKernels))
 ''')
 PLANTED_BREAK_LINE = 9
 

@@ -94,7 +94,7 @@ def test_loop_mismatch_says_whether_the_models_static_cache_is_to_blame() -> Non
 def test_loop_mismatch_on_a_sound_model_is_the_loops(monkeypatch: pytest.MonkeyPatch) -> None:
     from pytest_fullgraph import decode, run_check
 
-    monkeypatch.setattr(decode, "_initial_positions", lambda mask: mask.long().cumsum(-1))  # off by one
+    monkeypatch.setattr(decode, "initial_positions", lambda mask: mask.long().cumsum(-1))  # off by one
     result = run_check(build_tiny("gpt2"), "gpt2", "greedy", "decode", "eager", 3)  # absolute positions
     assert result.outcome == "mismatch"
     assert result.message.endswith("so the difference is the loop's")

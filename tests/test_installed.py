@@ -72,4 +72,5 @@ def test_a_non_editable_install_runs_the_suite_from_site_packages(tmp_path: Path
     assert "<Dir site>" in tree and "<Package suite>" in tree, tree  # collected from the installed package
     completed = subprocess.run(command, cwd=project, env=environment, capture_output=True, text=True, check=False)
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert "test_conformance.py::test_generation_compiles_exactly[toy-greedy-forward] PASSED" in completed.stdout
+    assert ("test_conformance.py::test_generation_compiles_exactly[toy-greedy-forward-float32] PASSED"
+            in completed.stdout)

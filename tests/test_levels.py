@@ -34,7 +34,7 @@ def test_a_level_registered_by_hook_is_in_ids_report_and_markdown(toy_project: p
     result = toy_project.runpytest("--fullgraph-models=toy", "-k", "replay", "-v", "-p", "no:cacheprovider",
                                    f"--fullgraph-report={tmp_path}")
     result.assert_outcomes(passed=4)
-    result.stdout.fnmatch_lines(["*test_generation_compiles_exactly[[]toy-greedy-replay[]] PASSED*"])
+    result.stdout.fnmatch_lines(["*test_generation_compiles_exactly[[]toy-greedy-replay-float32[]] PASSED*"])
     checks = checks_by_id(read_report(tmp_path))
     assert sorted(checks) == ["toy-eos-replay", "toy-greedy-replay", "toy-padded-replay", "toy-sample-replay"]
     assert {c["outcome"] for c in checks.values()} == {"pass"}

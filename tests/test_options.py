@@ -61,7 +61,7 @@ def test_defaults(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) ->
     pytester.makepyfile(HEADER_TEST)
     result = pytester.runpytest()
     assert header(result) == ("fullgraph: models=llama,gemma backend=aot_eager max_new_tokens=4 tier=fast "
-                              "strict=False")
+                              "strict=False dtypes=float32")
 
 
 @pytest.mark.parametrize(("env", "ini", "cli", "slow"), [
@@ -94,7 +94,7 @@ def test_cli_beats_ini_for_values(pytester: pytest.Pytester, monkeypatch: pytest
                      "fullgraph_max_new_tokens = 7\nfullgraph_strict = true\n")
     pytester.makepyfile(HEADER_TEST)
     assert header(run_here(pytester)) == ("fullgraph: models=qwen2,phi backend=eager max_new_tokens=7 "
-                                            "tier=fast strict=True")
+                                            "tier=fast strict=True dtypes=float32")
     text = header(run_here(pytester, "--fullgraph-models=mamba", "--fullgraph-backend=inductor",
                            "--fullgraph-max-new-tokens=2"))
     assert text.startswith("fullgraph: models=mamba backend=inductor max_new_tokens=2 ")

@@ -52,14 +52,16 @@ def test_diff_identical_passes_and_regression_fails(tmp_path: Path) -> None:
                                       a_result("gemma", "mismatch")])
     worse = cli("report", "diff", str(baseline), str(current))
     assert worse.returncode == 1
-    assert "REGRESSION gemma-greedy-generate: pass -> mismatch" in worse.stdout
-    assert "REGRESSION llama-greedy-generate: new break site transformers/generation/utils.py:30" in worse.stdout
-    assert "REGRESSION llama-greedy-generate: graph breaks 1 -> 2" in worse.stdout
+    assert "REGRESSION gemma-greedy-generate-float32: pass -> mismatch" in worse.stdout
+    assert ("REGRESSION llama-greedy-generate-float32: new break site transformers/generation/utils.py:30"
+            in worse.stdout)
+    assert "REGRESSION llama-greedy-generate-float32: graph breaks 1 -> 2" in worse.stdout
 
     better = cli("report", "diff", str(current), str(baseline))
     assert better.returncode == 0
-    assert "IMPROVED llama-greedy-generate: break site gone transformers/generation/utils.py:30" in better.stdout
-    assert "IMPROVED gemma-greedy-generate: mismatch -> pass" in better.stdout
+    assert ("IMPROVED llama-greedy-generate-float32: break site gone transformers/generation/utils.py:30"
+            in better.stdout)
+    assert "IMPROVED gemma-greedy-generate-float32: mismatch -> pass" in better.stdout
 
 
 def test_merge_of_shards_writes_json_and_markdown(tmp_path: Path) -> None:
@@ -70,8 +72,8 @@ def test_merge_of_shards_writes_json_and_markdown(tmp_path: Path) -> None:
     completed = cli("report", "merge", str(shard_a), str(shard_b), "-o", str(merged_dir))
     assert completed.returncode == 0, completed.stderr
     merged = report.load(merged_dir / report.JSON_NAME)
-    assert sorted(r.check_id for r in merged.checks) == ["gemma-greedy-forward", "gemma-greedy-generate",
-                                                         "llama-greedy-generate"]
+    assert sorted(r.check_id for r in merged.checks) == [
+        "gemma-greedy-forward-float32", "gemma-greedy-generate-float32", "llama-greedy-generate-float32"]
     text = (merged_dir / report.MARKDOWN_NAME).read_text()
     assert "| `transformers/generation/utils.py:10` (generate) | GB0170 | Data-dependent branching | generation" in text
     assert "gemma, llama | 2 |" in text
@@ -82,7 +84,7 @@ def test_merge_rejects_conflicting_shards(tmp_path: Path) -> None:
     shard_b = save(tmp_path / "b", [a_result("llama", "mismatch")])
     completed = cli("report", "merge", str(shard_a), str(shard_b), "-o", str(tmp_path / "m"))
     assert completed.returncode == 2
-    assert "check llama-greedy-generate is 'mismatch' there but 'pass'" in completed.stderr
+    assert "check llama-greedy-generate-float32 is 'mismatch' there but 'pass'" in completed.stderr
 
 
 @pytest.mark.parametrize(("content", "expected"), [
@@ -163,18 +165,18 @@ def test_missing_check_is_a_regression_unless_allowed(tmp_path: Path) -> None:
     current = save(tmp_path / "cur", [a_result("llama", "pass")])
     strict = cli("report", "diff", str(baseline), str(current))
     assert strict.returncode == 1
-    assert "MISSING gemma-greedy-generate: in the baseline (pass) but not in this report" in strict.stdout
+    assert "MISSING gemma-greedy-generate-float32: in the baseline (pass) but not in this report" in strict.stdout
     assert f"to accept the current report as the baseline: cp {current} {baseline}" in strict.stdout
     allowed = cli("report", "diff", str(baseline), str(current), "--allow-missing")
     assert allowed.returncode == 0, allowed.stdout
-    assert "MISSING gemma-greedy-generate" in allowed.stdout
+    assert "MISSING gemma-greedy-generate-float32" in allowed.stdout
 
 
 def test_ratchet_fails_on_improvements_and_prints_the_refresh_command(tmp_path: Path) -> None:
     baseline = save(tmp_path / "base", [a_result("llama", "break", [a_break(10)])])
     current = save(tmp_path / "cur", [a_result("llama", "pass")])
     plain = cli("report", "diff", str(baseline), str(current))
-    assert plain.returncode == 0 and "IMPROVED llama-greedy-generate: break -> pass" in plain.stdout
+    assert plain.returncode == 0 and "IMPROVED llama-greedy-generate-float32: break -> pass" in plain.stdout
     ratchet = cli("report", "diff", str(baseline), str(current), "--ratchet")
     assert ratchet.returncode == 1
     assert "gate FAILED (ratchet: improvements fail too)" in ratchet.stdout
@@ -199,8 +201,9 @@ def test_empty_messages_render_and_diff_without_error(tmp_path: Path) -> None:
     current = save(tmp_path / "cur", [silent])
     completed = cli("report", "diff", str(baseline), str(current))
     assert completed.returncode == 1, completed.stderr
-    assert "REGRESSION llama-greedy-generate: pass -> mismatch: mismatch" in completed.stdout
-    assert "- `llama-greedy-generate` **mismatch**: mismatch" in (tmp_path / "cur" / report.MARKDOWN_NAME).read_text()
+    assert "REGRESSION llama-greedy-generate-float32: pass -> mismatch: mismatch" in completed.stdout
+    page = (tmp_path / "cur" / report.MARKDOWN_NAME).read_text()
+    assert "- `llama-greedy-generate-float32` **mismatch**: mismatch" in page
     assert cli("report", "merge", str(current), "-o", str(tmp_path / "m")).returncode == 0
 
 

@@ -62,5 +62,6 @@ def test_worker_crash_during_a_check_is_that_checks_error(toy_project: pytest.Py
     assert checks["toy-greedy-forward"]["outcome"] == "pass"
     assert [w["node"] for w in report["crashed_workers"]] == ["gw0"]
     assert report["crashed_workers"][0]["test"].endswith(
-        "test_conformance.py::test_generation_compiles_exactly[toy_exit-greedy-forward]")
-    result.stdout.fnmatch_lines(["*crashed worker gw0 while running *test_conformance.py::*toy_exit-greedy-forward*"])
+        "test_conformance.py::test_generation_compiles_exactly[toy_exit-greedy-forward-float32]")
+    result.stdout.fnmatch_lines(
+        ["*crashed worker gw0 while running *test_conformance.py::*toy_exit-greedy-forward-float32*"])

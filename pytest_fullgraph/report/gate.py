@@ -12,7 +12,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from pytest_fullgraph.report.schema import Report
-from pytest_fullgraph.results import CheckResult, outcome_rank
+from pytest_fullgraph.results import MISMATCH, PASS, ROUNDING, CheckResult, outcome_rank
 
 
 @dataclass
@@ -42,7 +42,16 @@ def break_sites(result: CheckResult) -> set[tuple[str, str]]:
     return {(record.where(), record.gb_type) for record in result.break_records()}
 
 
-def diff(baseline: Report, current: Report, *, allow_missing: bool = False, ratchet: bool = False) -> GateResult:
+def gated_outcome(result: CheckResult, divergences_only: bool) -> str:
+    """The outcome the gate compares: with ``divergences_only`` a mismatch classified as a rounding flip
+    counts as a pass (tokens differ only where the dtype cannot tell the two apart)."""
+    if divergences_only and result.outcome == MISMATCH and result.mismatch and result.mismatch.kind == ROUNDING:
+        return PASS
+    return result.outcome
+
+
+def diff(baseline: Report, current: Report, *, allow_missing: bool = False, ratchet: bool = False,
+         divergences_only: bool = False) -> GateResult:
     """Compare ``current`` with ``baseline``, check by check."""
     gate = GateResult(ratchet=ratchet)
     if current.interrupted:
@@ -59,16 +68,17 @@ def diff(baseline: Report, current: Report, *, allow_missing: bool = False, ratc
             line = f"MISSING {old.check_id}: in the baseline ({old.outcome}) but not in this report"
             (gate.notes if allow_missing else gate.regressions).append(line)
         else:
-            _compare(gate, old, new)
+            _compare(gate, old, new, divergences_only)
     return gate
 
 
-def _compare(gate: GateResult, old: CheckResult, new: CheckResult) -> None:
+def _compare(gate: GateResult, old: CheckResult, new: CheckResult, divergences_only: bool) -> None:
     name = new.check_id
-    if outcome_rank(new.outcome) > outcome_rank(old.outcome):
-        gate.regressions.append(f"REGRESSION {name}: {old.outcome} -> {new.outcome}: {new.headline()}")
-    elif outcome_rank(new.outcome) < outcome_rank(old.outcome):
-        gate.improvements.append(f"IMPROVED {name}: {old.outcome} -> {new.outcome}")
+    before, after = gated_outcome(old, divergences_only), gated_outcome(new, divergences_only)
+    if outcome_rank(after) > outcome_rank(before):
+        gate.regressions.append(f"REGRESSION {name}: {before} -> {after}: {new.headline()}")
+    elif outcome_rank(after) < outcome_rank(before):
+        gate.improvements.append(f"IMPROVED {name}: {before} -> {after}")
     for where, gb_type in sorted(break_sites(new) - break_sites(old)):
         gate.regressions.append(f"REGRESSION {name}: new break site {where} ({gb_type})")
     for where, gb_type in sorted(break_sites(old) - break_sites(new)):

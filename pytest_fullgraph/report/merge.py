@@ -13,7 +13,7 @@ MUST_MATCH = ("torch", "transformers", "backend", "max_new_tokens", "run_slow", 
 #: What a mismatch of each key means, for the error message.
 _MEANING = {"run_slow": "tier (run_slow)", "strict": "strictness", "breaks": "break mode"}
 #: List-valued keys merged as a sorted union (the shards' models together are the merged run's models).
-UNION_KEYS = ("models",)
+UNION_KEYS = ("models", "dtypes")
 #: Dict-valued keys merged key by key (legends of levels and scenarios).
 DICT_KEYS = ("levels", "scenarios")
 
@@ -27,7 +27,7 @@ def merge(reports: Iterable[tuple[str, Report]]) -> Report:
     """
     sources: list[str] = []
     environments: list[dict[str, Any]] = []
-    by_key: dict[tuple[str, str, str], tuple[str, CheckResult]] = {}
+    by_key: dict[tuple[str, str, str, str], tuple[str, CheckResult]] = {}
     crashed: list[dict[str, str]] = []
     exit_statuses: list[int] = []
     interrupted = False

@@ -7,7 +7,16 @@ from collections.abc import Iterable
 from typing import Any
 
 from pytest_fullgraph.report.schema import Report
-from pytest_fullgraph.results import BREAK, FAILING_OUTCOMES, OUTCOMES, CheckResult
+from pytest_fullgraph.results import (
+    BREAK,
+    DEFAULT_DTYPE,
+    DIVERGENCE,
+    FAILING_OUTCOMES,
+    MISMATCH,
+    OUTCOMES,
+    ROUNDING,
+    CheckResult,
+)
 
 #: Column order when a report carries no legend (reports written before legends existed).
 _DEFAULT_LEVELS = ("forward", "generate", "decode", "export")
@@ -28,11 +37,17 @@ def break_label(result: CheckResult) -> str:
     return "break"
 
 
+#: A mismatch's cell by its float64 class: a rounding flip reads apart from a real divergence.
+_MISMATCH_CELLS = {ROUNDING: "〰️ rounding", DIVERGENCE: "❌ divergence"}
+
+
 def cell(result: CheckResult | None) -> str:
     if result is None:
         return "—"
     if result.outcome == BREAK:
         return f"⛔ {break_label(result)}"
+    if result.outcome == MISMATCH and result.mismatch is not None and result.mismatch.kind in _MISMATCH_CELLS:
+        return _MISMATCH_CELLS[result.mismatch.kind]
     return OUTCOMES[result.outcome].cell if result.outcome in OUTCOMES else result.outcome
 
 
@@ -42,6 +57,8 @@ def short_cell(result: CheckResult | None) -> str:
     if result.outcome == BREAK:
         records = result.break_records()
         return f"break({len(records)})" if records else f"break({break_label(result)})"
+    if result.outcome == MISMATCH and result.mismatch is not None and result.mismatch.kind:
+        return f"MISMATCH({result.mismatch.kind})"
     return OUTCOMES[result.outcome].short if result.outcome in OUTCOMES else result.outcome
 
 
@@ -57,6 +74,13 @@ def columns(report: Report) -> list[tuple[str, str]]:
     levels = _canonical({r.level for r in checks}, [*(env.get("levels") or {}), *_DEFAULT_LEVELS])
     scenarios = _canonical({r.scenario for r in checks}, [*(env.get("scenarios") or {}), *_DEFAULT_SCENARIOS])
     return [(level, scenario) for level in levels for scenario in scenarios]
+
+
+def rows(checks: list[CheckResult]) -> list[tuple[str, str, str]]:
+    """(model, dtype, label) per matrix row; the dtype shows in the label once a report has any but float32."""
+    pairs = sorted({(result.model, result.dtype) for result in checks})
+    plain = all(dtype == DEFAULT_DTYPE for _, dtype in pairs)
+    return [(model, dtype, model if plain else f"{model} ({dtype})") for model, dtype in pairs]
 
 
 def grouped_sites(checks: list[CheckResult]) -> list[dict[str, Any]]:
@@ -93,7 +117,8 @@ def markdown(report: Report) -> str:
     env = report.environment
     lines = ["# pytest_fullgraph report", "",
              f"torch {env.get('torch')} · transformers {env.get('transformers')} · backend "
-             f"`{env.get('backend')}` · max_new_tokens {env.get('max_new_tokens')} · device {env.get('device')} · "
+             f"`{env.get('backend')}` · max_new_tokens {env.get('max_new_tokens')} · dtypes "
+             f"{','.join(env.get('dtypes') or [DEFAULT_DTYPE])} · device {env.get('device')} · "
              f"{len(checks)} checks", ""]
     if report.interrupted:
         lines += [f"**Incomplete:** the run was interrupted (exit status {report.run.get('exitstatus')}); checks "
@@ -107,9 +132,9 @@ def markdown(report: Report) -> str:
         by_key = {result.key: result for result in checks}
         lines.append("| model | " + " | ".join(f"{level}<br>{scenario}" for level, scenario in matrix) + " |")
         lines.append("|---|" + "---|" * len(matrix))
-        for model in sorted({result.model for result in checks}):
-            cells = [cell(by_key.get((model, scenario, level))) for level, scenario in matrix]
-            lines.append(f"| {model} | " + " | ".join(cells) + " |")
+        for model, dtype, label in rows(checks):
+            cells = [cell(by_key.get((model, scenario, level, dtype))) for level, scenario in matrix]
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
         lines.append("")
         lines += _legend(report, {level for level, _ in matrix}, {scenario for _, scenario in matrix})
     sites = grouped_sites(checks)
@@ -144,11 +169,11 @@ def terminal_lines(report: Report, top_sites: int = 5) -> list[str]:
     matrix = columns(report)
     by_key = {result.key: result for result in checks}
     headers = [f"{level}/{scenario}" for level, scenario in matrix]
-    models = sorted({result.model for result in checks})
-    rows = [[model] + [short_cell(by_key.get((model, s, lv))) for lv, s in matrix] for model in models]
-    widths = [max(len(str(row[i])) for row in [["model", *headers], *rows]) for i in range(len(headers) + 1)]
+    table = [[label] + [short_cell(by_key.get((model, s, lv, dtype))) for lv, s in matrix]
+             for model, dtype, label in rows(checks)]
+    widths = [max(len(str(row[i])) for row in [["model", *headers], *table]) for i in range(len(headers) + 1)]
     lines = ["  ".join(text.ljust(widths[i]) for i, text in enumerate(row)).rstrip()
-             for row in [["model", *headers], *rows]]
+             for row in [["model", *headers], *table]]
     sites = grouped_sites(checks)[:top_sites]
     if sites:
         lines.append("top break sites:")

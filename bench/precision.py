@@ -1,0 +1,120 @@
+"""Which inductor settings make reduced-precision compiled generation round as eager does?
+
+For each dtype and candidate setting, the while_loop form of ``fullgraph_generate`` is compiled once with
+inductor (its graph does not grow with the tokens, so one compile serves every prompt of one shape) and run
+on several seeded prompts; each compiled sequence is compared with the eager loop's, and each difference is
+classified (rounding flip or divergence) from float64, as the suite's checks do.
+
+    python bench/precision.py --model mid --dtypes bfloat16 float16 --prompts 6 --tokens 24
+
+``--model mid`` is a llama of hidden 512, 4 layers, vocabulary 4096 (the size at which bfloat16 flips were
+first seen); ``tiny`` is the suite's tiny llama. Each (dtype, setting) runs in a fresh process so that no
+compiled code is shared. Prints one Markdown row per run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from typing import Any
+
+#: Candidate settings, by name: ``torch._inductor.config`` values patched around compile and run.
+SETTINGS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "emulate_precision_casts": {"emulate_precision_casts": True},
+    "no_fp_contract": {"cpp.enable_floating_point_contract_flag": False},
+    "emulate+no_fp_contract": {"emulate_precision_casts": True, "cpp.enable_floating_point_contract_flag": False},
+}
+
+
+def build(model: str, dtype: str) -> Any:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from pytest_fullgraph import build_tiny
+
+    if model == "tiny":
+        built = build_tiny("llama")
+    else:
+        config = LlamaConfig(vocab_size=4096, hidden_size=512, intermediate_size=1024, num_hidden_layers=4,
+                             num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=256,
+                             pad_token_id=0, bos_token_id=1, eos_token_id=2)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            built = LlamaForCausalLM(config).eval()
+    return built.to(getattr(torch, dtype))
+
+
+def one(model_name: str, dtype: str, setting: str, prompts: int, tokens: int) -> dict[str, Any]:
+    import torch
+    import torch._inductor.config as inductor_config
+    from transformers import GenerationConfig
+
+    from pytest_fullgraph.compare import first_difference, precision_verdict
+    from pytest_fullgraph.decode import fullgraph_generate
+    from pytest_fullgraph.scenarios import left_padded_prompts, model_generation_defaults, vocab_size
+
+    torch.set_num_threads(1)
+    model = build(model_name, dtype)
+    config = GenerationConfig(max_new_tokens=tokens, do_sample=False, pad_token_id=0, eos_token_id=None)
+    compiled_loop: Any = None
+
+    def compiler(loop: Any) -> Any:
+        nonlocal compiled_loop
+        if compiled_loop is None:
+            compiled_loop = torch.compile(loop, fullgraph=True, backend="inductor")
+        return compiled_loop
+
+    results = []
+    started = time.perf_counter()
+    with torch.no_grad(), model_generation_defaults(model, None), \
+            inductor_config.patch({"fallback_random": True, **SETTINGS[setting]}):
+        for seed in range(prompts):
+            inputs = left_padded_prompts([8], seed, vocab_size(model))
+            eager = fullgraph_generate(model, inputs["input_ids"], inputs["attention_mask"], config, loop="while")
+            compiled = fullgraph_generate(model, inputs["input_ids"], inputs["attention_mask"], config,
+                                          loop="while", compiler=compiler)
+            if torch.equal(eager, compiled):
+                results.append("equal")
+                continue
+            mismatch = first_difference(eager, compiled, 8)
+            verdict = precision_verdict(model, inputs, eager, dtype, mismatch)
+            results.append(f"{verdict.kind if verdict else 'unclassified'}@{mismatch.step}")
+    return {"model": model_name, "dtype": dtype, "setting": setting, "results": results,
+            "seconds": round(time.perf_counter() - started, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=("tiny", "mid"), default="mid")
+    parser.add_argument("--dtypes", nargs="+", default=["bfloat16", "float16"])
+    parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    parser.add_argument("--prompts", type=int, default=6)
+    parser.add_argument("--tokens", type=int, default=24)
+    parser.add_argument("--one", nargs=2, metavar=("DTYPE", "SETTING"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(one(args.model, args.one[0], args.one[1], args.prompts, args.tokens)))
+        return
+    print("| model | dtype | setting | prompts equal | differences (class@new token) | seconds |")
+    print("|---|---|---|---|---|---|")
+    for dtype in args.dtypes:
+        for setting in args.settings:
+            completed = subprocess.run([sys.executable, __file__, "--model", args.model, "--prompts",
+                                        str(args.prompts), "--tokens", str(args.tokens), "--one", dtype, setting],
+                                       capture_output=True, text=True, check=False)
+            if completed.returncode != 0:
+                print(f"| {args.model} | {dtype} | {setting} | failed: {completed.stderr.strip().splitlines()[-1]} "
+                      "| | |")
+                continue
+            row = json.loads(completed.stdout.strip().splitlines()[-1])
+            differences = [r for r in row["results"] if r != "equal"]
+            print(f"| {row['model']} | {dtype} | {setting} | {len(row['results']) - len(differences)}/"
+                  f"{len(row['results'])} | {', '.join(differences) or '—'} | {row['seconds']} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""The dtype axis and the precision-aware diagnosis, run as users run the suite."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import read_report
+
+FORWARD_GREEDY = ["-k", "greedy and forward", "-p", "no:cacheprovider"]
+
+
+def by_id(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {f"{c['model']}-{c['scenario']}-{c['level']}-{c['dtype']}": c for c in report["checks"]}
+
+
+def test_every_check_runs_in_every_selected_dtype(toy_project: pytest.Pytester, tmp_path: Path) -> None:
+    result = toy_project.runpytest("--fullgraph-models=toy", "--fullgraph-dtype=float32,bfloat16",
+                                   "--fullgraph-backend=eager", "-v", *FORWARD_GREEDY,
+                                   f"--fullgraph-report={tmp_path}")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*[[]toy-greedy-forward-float32[]] PASSED*",
+                                 "*[[]toy-greedy-forward-bfloat16[]] PASSED*"])
+    report = read_report(tmp_path)
+    checks = by_id(report)
+    assert sorted(checks) == ["toy-greedy-forward-bfloat16", "toy-greedy-forward-float32"]
+    assert report["environment"]["dtypes"] == ["float32", "bfloat16"]
+    page = (tmp_path / "fullgraph-report.md").read_text()
+    assert "| toy (bfloat16) | ✅ pass |" in page and "| toy (float32) | ✅ pass |" in page
+
+
+def test_a_dtype_without_kernels_here_is_a_skip_with_the_reason(toy_project: pytest.Pytester,
+                                                                tmp_path: Path) -> None:
+    result = toy_project.runpytest("--fullgraph-models=toy_nohalf", "--fullgraph-dtype=float16,float32",
+                                   "--fullgraph-backend=eager", "-rs", *FORWARD_GREEDY,
+                                   f"--fullgraph-report={tmp_path}")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*float16 cannot run here*not implemented for 'Half'*"])
+    assert by_id(read_report(tmp_path))["toy_nohalf-greedy-forward-float16"]["outcome"] == "skip"
+
+
+def test_bad_dtype_is_a_usage_error_naming_it(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest("--fullgraph-dtype=float32,int8,fp4")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert ("--fullgraph-dtype='float32,int8,fp4': 'int8', 'fp4' is not a dtype; use a comma list of float32, "
+            "bfloat16, float16") in result.stderr.str()
+
+
+@pytest.mark.parametrize(("model", "kind", "cell"), [("toy_tie", "rounding", "〰️ rounding"),
+                                                     ("toy_drift", "divergence", "❌ divergence")])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_rounding_flip_and_a_divergence_are_told_apart(toy_project: pytest.Pytester, tmp_path: Path, model: str,
+                                                         kind: str, cell: str, dtype: str) -> None:
+    """toy_tie's top token has an exact twin that a compiled-only bias picks (tied in float64: rounding);
+    toy_drift adds 1000 to a logit when compiled (far apart in float64: divergence)."""
+    result = toy_project.runpytest(f"--fullgraph-models={model}", f"--fullgraph-dtype={dtype}",
+                                   "--fullgraph-backend=eager", *FORWARD_GREEDY, f"--fullgraph-report={tmp_path}")
+    result.assert_outcomes(failed=1)  # the verdict stays exact: any token difference fails
+    check = by_id(read_report(tmp_path))[f"{model}-greedy-forward-{dtype}"]
+    precision = check["mismatch"]["precision"]
+    assert (check["outcome"], precision["kind"], precision["dtype"]) == ("mismatch", kind, dtype)
+    if kind == "rounding":
+        assert precision["reference_gap"] == 0.0  # the twins are exactly tied in float64
+    else:
+        assert abs(precision["reference_gap"]) > 100 * precision["rounding_step"]
+    result.stdout.fnmatch_lines([f"*float64 reference logits * {dtype} rounding steps there*: {kind}*"])
+    label = model if dtype == "float32" else f"{model} ({dtype})"
+    assert f"| {label} | {cell} |" in (tmp_path / "fullgraph-report.md").read_text()
+
+
+def test_the_gate_can_ignore_rounding_flips(toy_project: pytest.Pytester, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    for name, model in (("base", "toy"), ("cur", "toy_tie")):
+        toy_project.runpytest(f"--fullgraph-models={model}", "--fullgraph-backend=eager", *FORWARD_GREEDY,
+                              f"--fullgraph-report={tmp_path / name}")
+    # the same check id in both: rename the model of the current run's check
+    import json
+
+    current = tmp_path / "cur" / "fullgraph-report.json"
+    data = json.loads(current.read_text())
+    data["checks"][0]["model"] = "toy"
+    current.write_text(json.dumps(data))
+    baseline = tmp_path / "base" / "fullgraph-report.json"
+
+    def gate(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "pytest_fullgraph", "report", "diff", str(baseline),
+                               str(current), *extra], capture_output=True, text=True, check=False)
+
+    assert gate().returncode == 1
+    lenient = gate("--divergences-only")
+    assert lenient.returncode == 0, lenient.stdout
+
+
+def test_a_conftest_models_globals_resolve_when_the_suite_compiles_it(toy_project: pytest.Pytester,
+                                                                      tmp_path: Path) -> None:
+    """toy_tie's forward reads the conftest's ``torch`` global under dynamo. A second module named
+    ``conftest`` loaded for the suite's directory (this repository once had an empty root conftest.py) made
+    that ``AttributeError: module 'conftest' has no attribute 'torch'`` at the decode level."""
+    result = toy_project.runpytest("--fullgraph-models=toy_tie", "--fullgraph-backend=eager", "-k",
+                                   "greedy and decode", "-p", "no:cacheprovider", f"--fullgraph-report={tmp_path}")
+    result.assert_outcomes(failed=1)
+    check = by_id(read_report(tmp_path))["toy_tie-greedy-decode-float32"]
+    assert check["outcome"] == "mismatch" and check["mismatch"]["precision"]["kind"] == "rounding"
