@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TOY_CONFTEST, checks_by_id, read_report
+from tests.conftest import checks_by_id, read_report
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 
@@ -55,22 +55,41 @@ def test_in_this_repository_the_suite_is_collected_once() -> None:
     assert all(line.startswith("suites/") for line in ids)
 
 
+#: The README's "Your model, your repository" conftest, at a size that keeps this test quick.
+USER_CONFTEST = """\
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+from pytest_fullgraph import register_model
+
+def build_mine():
+    config = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, pad_token_id=0, eos_token_id=2)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return LlamaForCausalLM(config).eval()
+
+register_model("mine", build_mine)
+"""
+
+
 def test_a_non_editable_install_runs_the_suite_from_site_packages(tmp_path: Path) -> None:
-    """The package as pip installs it (a built wheel, not this checkout), in a project outside the repository."""
+    """The package as pip installs it (a built wheel, not this checkout), in a project outside the repository,
+    on the user's own model in float32 and bfloat16 (README: "Your model, your repository")."""
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
                     "--target", str(target), str(REPOSITORY)], check=True, capture_output=True)
     assert (target / "pytest_fullgraph" / "suite" / "test_conformance.py").is_file()
     project = tmp_path / "project"
     project.mkdir()
-    (project / "conftest.py").write_text(TOY_CONFTEST)
+    (project / "conftest.py").write_text(USER_CONFTEST)
     environment = {**os.environ, "PYTHONPATH": str(target)}  # the installed copy shadows this checkout
-    command = [sys.executable, "-m", "pytest", "--fullgraph-models=toy", "-k", "greedy and forward",
-               "--fullgraph-backend=eager", "-p", "no:cacheprovider", "-v"]
+    command = [sys.executable, "-m", "pytest", "--fullgraph-models=mine", "--fullgraph-dtype=float32,bfloat16",
+               "-k", "greedy and forward", "--fullgraph-backend=eager", "-p", "no:cacheprovider", "-v"]
     tree = subprocess.run([*command, "--collect-only"], cwd=project, env=environment, capture_output=True,
                           text=True, check=False).stdout
     assert "<Dir site>" in tree and "<Package suite>" in tree, tree  # collected from the installed package
     completed = subprocess.run(command, cwd=project, env=environment, capture_output=True, text=True, check=False)
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert ("test_conformance.py::test_generation_compiles_exactly[toy-greedy-forward-float32] PASSED"
-            in completed.stdout)
+    for dtype in ("float32", "bfloat16"):
+        assert f"test_conformance.py::test_generation_compiles_exactly[mine-greedy-forward-{dtype}] PASSED" \
+            in completed.stdout
