@@ -62,8 +62,12 @@ class FullgraphSession:
         self.recorded[(nodeid, result.key)] = result
 
     def build_report(self) -> report.Report:
+        from pytest_fullgraph.check import exactness_settings
+
         descriptions = {"levels": self.levels.descriptions(),
-                        "scenarios": {name: scenario.description for name, scenario in SCENARIOS.items()}}
+                        "scenarios": {name: scenario.description for name, scenario in SCENARIOS.items()},
+                        "exactness_settings": {dtype: exactness_settings(self.settings.backend, dtype)
+                                               for dtype in self.settings.dtypes}}
         return report.Report(report.environment(self.settings.describe(), self.results, descriptions),
                              list(self.results), list(self.crashed_workers), dict(self.run_status))
 

@@ -25,7 +25,11 @@ def test_failing_checks_print_no_structured_trace_records(toy_project: pytest.Py
     assert "torch.__trace" not in junit.read_text()
     result.stdout.fnmatch_lines(["*mismatch: compiled tokens differ from eager at row 0*"])
     # the records still reached the report: the break was captured with its location
-    assert checks_by_id(read_report(tmp_path))["toy_break-greedy-forward"]["breaks"]
+    report = read_report(tmp_path)
+    assert checks_by_id(report)["toy_break-greedy-forward"]["breaks"]
+    # the settings the checks ran under are recorded with the report
+    expected = {"fallback_random": True} if backend == "inductor" else {}
+    assert report["environment"]["exactness_settings"] == {"float32": expected}
 
 
 def test_a_users_own_trace_request_is_left_to_torch(monkeypatch: pytest.MonkeyPatch) -> None:

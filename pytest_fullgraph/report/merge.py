@@ -15,7 +15,7 @@ _MEANING = {"run_slow": "tier (run_slow)", "strict": "strictness", "breaks": "br
 #: List-valued keys merged as a sorted union (the shards' models together are the merged run's models).
 UNION_KEYS = ("models", "dtypes")
 #: Dict-valued keys merged key by key (legends of levels and scenarios).
-DICT_KEYS = ("levels", "scenarios")
+DICT_KEYS = ("levels", "scenarios", "exactness_settings")
 
 
 def merge(reports: Iterable[tuple[str, Report]]) -> Report:
