@@ -116,8 +116,8 @@ class PrecisionVerdict:
     next-token logits recomputed in float64 from the same weights and the same prefix.
 
     ``rounding``: the two tokens are tied within the rounding of the check's dtype there (their float64 gap
-    is no larger than how far the dtype's own logits are from float64, nor than one rounding step of the
-    dtype at that magnitude); ``divergence``: one token is clearly ahead.
+    is no larger than twice how far the dtype's logits are from float64 at this step, nor than one rounding
+    step of the dtype at that magnitude); ``divergence``: one token is clearly ahead.
     """
 
     kind: str
@@ -129,7 +129,8 @@ class PrecisionVerdict:
     reference_gap: float
     #: one rounding step (unit in the last place) of ``dtype`` at the logits' magnitude
     rounding_step: float
-    #: largest difference between the dtype's own logits and float64 at the two tokens: rounding that piled up
+    #: largest difference between the dtype's own logits and float64 at this step (over the vocabulary):
+    #: the rounding that piled up through the layers
     noise: float
 
     @property
