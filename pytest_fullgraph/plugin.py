@@ -29,8 +29,18 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
 
 
+#: Warnings dynamo gives on every compile of transformers' generate code, which a user of the suite cannot act
+#: on; the checks' own findings are in their verdicts and the report.
+COMPILE_NOISE = (
+    "ignore:Dynamo detected a call to a `functools.lru_cache`:UserWarning",
+    "ignore:While compiling, we found certain side effects happened:UserWarning",
+)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: runs only in the slow tier (--run-slow, RUN_SLOW or ini)")
+    for line in COMPILE_NOISE:
+        config.addinivalue_line("filterwarnings", line)
     registry = models.session_registry()
     config.hook.pytest_fullgraph_register_models(registry=registry)
     levels = builtin_levels()
