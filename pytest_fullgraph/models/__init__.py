@@ -199,11 +199,8 @@ def register_model(
     the model cannot be checked yet: its checks are then xfail with that reason and it is never built.
     """
     if _registrations_closed:
-        raise RuntimeError(
-            f"register_model({name!r}) ran after the session chose its models, i.e. during collection (a "
-            "conftest.py in a sub-directory): register models from the rootdir conftest.py, a conftest.py "
-            "next to the paths given on the command line, a plugin (-p), or the "
-            "pytest_fullgraph_register_models hook in one of those")
+        raise RuntimeError(f"register_model({name!r}) ran after the session chose its models (during "
+                           f"collection); {REGISTRATION_HINT}")
     if not replace and name in RECORDS:
         raise ValueError(f"model {name!r} is already registered; pass replace=True to override it")
     return _external.register(name, build, family=family, tags=tags, known_reason=known_reason, replace=replace)
