@@ -61,14 +61,15 @@ def main() -> None:
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     types = args.types or sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
-    with ThreadPoolExecutor(args.jobs) as pool:
-        rows = list(pool.map(lambda t: survey(t, args.timeout), types))
     print("| type | class | parameters | build s | result |")
-    print("|---|---|---|---|---|")
-    for row in rows:
-        result = row.get("error") or f"generates {row['generated']}"
-        print(f"| {row['type']} | {row.get('class', '')} | {row.get('parameters', '')} | {row.get('build_s', '')} | "
-              f"{result[:160]} |")
+    print("|---|---|---|---|---|", flush=True)
+    rows = []
+    with ThreadPoolExecutor(args.jobs) as pool:
+        for row in pool.map(lambda t: survey(t, args.timeout), types):  # rows print as they finish, in order
+            rows.append(row)
+            result = row.get("error") or f"generates {row['generated']}"
+            print(f"| {row['type']} | {row.get('class', '')} | {row.get('parameters', '')} | "
+                  f"{row.get('build_s', '')} | {result[:160]} |", flush=True)
     ok = [row for row in rows if "error" not in row]
     print(f"\n{len(ok)} of {len(rows)} build and generate; "
           f"{sum(1 for row in ok if row['parameters'] < 2_000_000)} under 2M parameters")

@@ -58,3 +58,20 @@ def test_plugin_listed_twice_is_registered_once(pytester: pytest.Pytester) -> No
     pytester.makepyfile("def test_x(fullgraph_settings):\n    pass\n")
     result = pytester.runpytest_subprocess("-p", "pytest_fullgraph.plugin")
     result.assert_outcomes(passed=1)
+
+
+def test_layer_types_keep_one_layer_of_each_kind() -> None:
+    """Cut to two layers by the config itself, gemma3's 5:1 sliding/full pattern left two sliding layers:
+    the tiny model had no full-attention layer at all."""
+    from pytest_fullgraph.models import tiny_config
+
+    config = tiny_config("gemma3_text")
+    assert (config.num_hidden_layers, config.layer_types) == (2, ["sliding_attention", "full_attention"])
+
+
+def test_sub_configs_of_composite_models_are_shrunk_too() -> None:
+    from pytest_fullgraph.models import tiny_config
+
+    config = tiny_config("gemma3")
+    assert (config.text_config.hidden_size, config.text_config.num_hidden_layers) == (32, 2)
+    assert (config.vision_config.hidden_size, config.vision_config.num_hidden_layers) == (32, 2)

@@ -46,20 +46,47 @@ class ModelSpec:
             object.__setattr__(self, "family", self.name)
 
 
-def tiny_config_kwargs(model_type: str) -> dict[str, Any]:
-    """The constructor kwargs of the tiny config of ``model_type``: generic shrink filtered + overrides."""
-    from transformers import CONFIG_MAPPING
-
-    config_class = CONFIG_MAPPING[model_type]
-    # A default instance tells which generic keys this config understands (attribute_map included).
+def _default_config(config_class: Any) -> Any:
+    """A default instance, which tells which generic keys a config understands (attribute_map included)."""
     transformers_logger = logging.getLogger("transformers")
     previous_level = transformers_logger.level
     transformers_logger.setLevel(logging.ERROR)  # default configs of some types warn about their own ids
     try:
-        default = config_class()
+        return config_class()
     finally:
         transformers_logger.setLevel(previous_level)
-    kwargs = {key: value for key, value in GENERIC_SHRINK.items() if hasattr(default, key)}
+
+
+def _per_layer_types(default: Any) -> dict[str, Any]:
+    """``layer_types`` cut to the shrunk depth, keeping one layer of each kind the full model has (so a
+    hybrid or sliding-window model stays one), and the depth that takes."""
+    layer_types = getattr(default, "layer_types", None)
+    if not isinstance(layer_types, list) or not layer_types or isinstance(getattr(type(default), "layer_types",
+                                                                                  None), property):
+        return {}  # no list, or one the config derives itself (mamba's is a read-only property)
+    kinds = list(dict.fromkeys(layer_types))
+    depth = max(GENERIC_SHRINK["num_hidden_layers"], len(kinds))
+    return {"num_hidden_layers": depth, "layer_types": (kinds * depth)[:depth]}
+
+
+def _shrunk(default: Any) -> dict[str, Any]:
+    """The generic shrink for one config (the keys it knows), its per-layer list, and each sub-config's shrink
+    (text, vision, audio towers of composite configs), as constructor kwargs."""
+    kwargs: dict[str, Any] = {key: value for key, value in GENERIC_SHRINK.items() if hasattr(default, key)}
+    kwargs.update(_per_layer_types(default))
+    for name in getattr(type(default), "sub_configs", {}) or {}:
+        sub_config = getattr(default, name, None)
+        if sub_config is not None and hasattr(sub_config, "to_dict"):
+            kwargs[name] = {**sub_config.to_dict(), **_shrunk(sub_config)}
+    return kwargs
+
+
+def tiny_config_kwargs(model_type: str) -> dict[str, Any]:
+    """The constructor kwargs of the tiny config of ``model_type``: the generic shrink (sub-configs and
+    per-layer lists included) with the type's record's overrides over it."""
+    from transformers import CONFIG_MAPPING
+
+    kwargs = _shrunk(_default_config(CONFIG_MAPPING[model_type]))
     record = RECORDS.get(model_type)
     kwargs.update(record.overrides if record else {})
     return {key: value for key, value in kwargs.items() if value is not DROP}
