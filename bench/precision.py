@@ -83,7 +83,7 @@ def one(model_name: str, dtype: str, setting: str, prompts: int, tokens: int) ->
                 results.append("equal")
                 continue
             mismatch = first_difference(eager, compiled, 8)
-            verdict = precision_verdict(model, inputs, eager, dtype, mismatch)
+            verdict = precision_verdict(model, inputs, eager, mismatch)
             results.append(f"{verdict.kind if verdict else 'unclassified'}@{mismatch.step}")
     return {"model": model_name, "dtype": dtype, "setting": setting, "results": results,
             "seconds": round(time.perf_counter() - started, 1)}

@@ -124,19 +124,18 @@ def run_check(
                 if not _deterministic(result, model, inputs, config, scenario.seed, eager, prompt_width):
                     return result
                 stage = f"eager generation by {level.own_loop or 'the level'}"
-                if not _own_loop_agrees(result, level, model, inputs, config, scenario.seed, eager, prompt_width):
+                if not _own_loop_agrees(result, level, model, inputs, config, scenario.seed, eager):
                     return result
                 stage = "compiled generation"
-                _compile_and_compare(result, model, inputs, config, level, scenario.seed, prompt_width, eager,
-                                     diagnose)
+                _compile_and_compare(result, model, inputs, config, level, scenario.seed, eager, diagnose)
         except Exception as error:  # isolate: one model's crash is that check's outcome, nothing more
             located = breaks.record_from_exception(error)
             where = f" at {located.where()}" if located.file else ""
-            result.outcome = ERROR
-            result.message = f"{stage} failed{where}: {type(error).__name__}: {first_line(error)}"
+            detail = f"{where}: {type(error).__name__}: {first_line(error)}"
             if stage.startswith("eager generation") and _NO_KERNEL.search(str(error)):
-                result.outcome = SKIP
-                result.message = f"{result.dtype} cannot run here{where}: {type(error).__name__}: {first_line(error)}"
+                result.outcome, result.message = SKIP, f"{result.dtype} cannot run here{detail}"
+            else:
+                result.outcome, result.message = ERROR, f"{stage} failed{detail}"
             if stage == "compiled generation":
                 result.first_break = located
     return result
@@ -176,7 +175,7 @@ def _deterministic(result: CheckResult, model: PreTrainedModel, inputs: dict[str
 
 
 def _own_loop_agrees(result: CheckResult, level: Level, model: PreTrainedModel, inputs: dict[str, Any],
-                     config: GenerationConfig, seed: int, eager: torch.Tensor, prompt_width: int) -> bool:
+                     config: GenerationConfig, seed: int, eager: torch.Tensor) -> bool:
     """A level with a loop of its own: that loop run eagerly must equal ``generate`` before compiling it.
 
     A difference here is the loop's or the model's static-cache path's, never the compiler's; the message
@@ -188,21 +187,21 @@ def _own_loop_agrees(result: CheckResult, level: Level, model: PreTrainedModel, 
     if ours is None or torch.equal(eager, ours):
         return True
     result.outcome = MISMATCH
-    result.mismatch = _explained_difference(model, inputs, config, seed, eager, ours, result.dtype)
+    result.mismatch = _explained_difference(model, inputs, config, seed, eager, ours)
     result.message = (f"{level.own_loop} run eagerly differs from model.generate at "
                       f"{result.mismatch.describe(level.own_loop)}"
-                      f"{static_cache_verdict(model, inputs, config, seed, eager, result.dtype)}")
+                      f"{static_cache_verdict(model, inputs, config, seed, eager)}")
     return False
 
 
 def _explained_difference(model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig, seed: int,
-                          eager: torch.Tensor, other: torch.Tensor, dtype: str) -> Mismatch:
+                          eager: torch.Tensor, other: torch.Tensor) -> Mismatch:
     """Where two runs first differ, eager's logit gap there and, for a greedy step, whether the difference
     is a rounding flip or a divergence (sampled steps depend on the random draw, which float64 cannot replay)."""
     mismatch = first_difference(eager, other, int(inputs["input_ids"].shape[1]))
     mismatch.eager_logit_gap = eager_logit_gap(model, inputs, config, seed, mismatch)
     if not config.do_sample:
-        mismatch.precision = precision_verdict(model, inputs, eager, dtype, mismatch)
+        mismatch.precision = precision_verdict(model, inputs, eager, mismatch)
     return mismatch
 
 
@@ -217,8 +216,8 @@ def forget_compiled(model: Any) -> None:
 
 
 def _compile_and_compare(result: CheckResult, model: PreTrainedModel, inputs: dict[str, Any],
-                         config: GenerationConfig, level: Level, seed: int, prompt_width: int,
-                         eager: torch.Tensor, diagnose: bool) -> None:
+                         config: GenerationConfig, level: Level, seed: int, eager: torch.Tensor,
+                         diagnose: bool) -> None:
     import torch
 
     forget_compiled(model)
@@ -247,7 +246,7 @@ def _compile_and_compare(result: CheckResult, model: PreTrainedModel, inputs: di
         counted = f"{trace.graph_count} graph(s), " if level.graph_rule.counts_graphs else ""
         result.outcome, result.message = PASS, f"{counted}tokens equal to eager"
         return
-    mismatch = _explained_difference(model, inputs, config, seed, eager, compiled, result.dtype)
+    mismatch = _explained_difference(model, inputs, config, seed, eager, compiled)
     result.outcome, result.mismatch = MISMATCH, mismatch
     result.message = f"compiled tokens differ from eager at {mismatch.describe()}"
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_fullgraph.generation import generate, static_cache_config
 from pytest_fullgraph.results import DIVERGENCE, ROUNDING, Mismatch, PrecisionVerdict, first_line
+from pytest_fullgraph.scenarios import model_dtype
 
 if TYPE_CHECKING:
     import torch
@@ -66,12 +67,12 @@ def rounding_step(dtype: str, magnitude: float) -> float:
     return float(info.eps) * 2.0 ** math.floor(math.log2(magnitude))
 
 
-def precision_verdict(model: PreTrainedModel, inputs: dict[str, Any], reference: torch.Tensor, dtype: str,
+def precision_verdict(model: PreTrainedModel, inputs: dict[str, Any], reference: torch.Tensor,
                       mismatch: Mismatch) -> PrecisionVerdict | None:
     """Tell a rounding flip from a divergence at the first differing (greedy) step.
 
     The next-token logits are recomputed from the same weights and the same prefix (the reference run's tokens
-    up to the difference) in float64 and in the check's dtype. The two tokens are tied within rounding when
+    up to the difference) in float64 and in the model's own dtype. The two tokens are tied within rounding when
     their float64 gap is no larger than one rounding step of the dtype there, nor than twice the largest
     distance between the dtype's logits and float64 at this step (the rounding that piled up through the
     layers; two runs that round differently can each be that far off, in opposite directions). None when it
@@ -87,6 +88,7 @@ def precision_verdict(model: PreTrainedModel, inputs: dict[str, Any], reference:
 
     if mismatch.eager_token is None or mismatch.compiled_token is None:
         return None
+    dtype = model_dtype(model)
     row, position = mismatch.row, mismatch.position
     prompt_width = int(inputs["input_ids"].shape[1])
     prefix = reference[row:row + 1, :position]
@@ -111,7 +113,7 @@ def precision_verdict(model: PreTrainedModel, inputs: dict[str, Any], reference:
 
 
 def static_cache_verdict(model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig, seed: int,
-                         eager: torch.Tensor, dtype: str = "float32") -> str:
+                         eager: torch.Tensor) -> str:
     """Whether ``generate`` itself changes its tokens with a static cache, which our loop must use.
 
     Measured: gpt_neo's local attention slices its band mask by the key length, so with a static cache
@@ -129,8 +131,8 @@ def static_cache_verdict(model: PreTrainedModel, inputs: dict[str, Any], config:
     where = first_difference(eager, static, int(inputs["input_ids"].shape[1]))
     found = (f"; model.generate with a static cache differs from the default too (row {where.row}, position "
              f"{where.position}: {where.eager_token} vs {where.compiled_token})")
-    precision = None if config.do_sample else precision_verdict(model, inputs, eager, dtype, where)
+    precision = None if config.do_sample else precision_verdict(model, inputs, eager, where)
     if precision is not None and precision.kind == ROUNDING:
-        return (f"{found}, by a rounding flip ({precision.describe()}): in {dtype} the two caches round "
+        return (f"{found}, by a rounding flip ({precision.describe()}): in {precision.dtype} the two caches round "
                 "differently, which shows neither the model's static-cache path nor the loop wrong")
     return f"{found}: the model's static-cache path is wrong, not the loop"

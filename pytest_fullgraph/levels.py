@@ -228,9 +228,10 @@ class Levels:
         return {name: level.description for name, level in self._levels.items()}
 
 
+#: The built-in levels, in their canonical order (test ids, report columns).
+BUILTIN_LEVELS: tuple[type[Level], ...] = (ForwardLevel, GenerateLevel, DecodeLevel, ExportLevel)
+BUILTIN_LEVEL_NAMES = tuple(level.name for level in BUILTIN_LEVELS)
+
+
 def builtin_levels() -> Levels:
-    return Levels([ForwardLevel(), GenerateLevel(), DecodeLevel(), ExportLevel()])
-
-
-#: The built-in level names in their canonical order (for renderings of reports).
-BUILTIN_LEVEL_NAMES = ("forward", "generate", "decode", "export")
+    return Levels(level() for level in BUILTIN_LEVELS)

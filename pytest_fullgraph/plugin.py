@@ -171,10 +171,8 @@ class _ControllerHooks:
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
         """xdist names the test a dead worker was running; a check among them is recorded as ``error``."""
-        axes = _axes(self.session)
         self.session.record_crash(crashitem, _worker_id(getattr(report, "node", None)),
-                                  {"models": axes["fullgraph_model_name"], "scenarios": axes["fullgraph_scenario"],
-                                   "levels": axes["fullgraph_level"], "dtypes": axes["fullgraph_dtype"]})
+                                  tuple(_axes(self.session).values()))
 
     def pytest_plugin_registered(self, plugin: object, manager: pytest.PytestPluginManager) -> None:
         """A conftest loaded during collection cannot add models or levels any more: say so, not "unknown"."""

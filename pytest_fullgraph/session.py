@@ -106,13 +106,11 @@ class FullgraphSession:
         if isinstance(model, KnownLimitation):
             return CheckResult(model_name, scenario, level, self.settings.backend, self.settings.max_new_tokens,
                                ERROR, f"known limitation of model {model_name!r}: {model}", dtype=dtype)
+        result = run_check(model, model_name, SCENARIOS[scenario], self.levels[level], self.settings.backend,
+                           self.settings.max_new_tokens, diagnose=self.settings.breaks == "all")
         if isinstance(model, BaseException):
-            result = run_check(model, model_name, SCENARIOS[scenario], self.levels[level], self.settings.backend,
-                               self.settings.max_new_tokens)
-            result.dtype = dtype
-            return result
-        return run_check(model, model_name, SCENARIOS[scenario], self.levels[level], self.settings.backend,
-                         self.settings.max_new_tokens, diagnose=self.settings.breaks == "all")
+            result.dtype = dtype  # a model that failed to build has no dtype of its own to report
+        return result
 
     def apply_verdict(self, result: CheckResult) -> None:
         """pass → pass; skip → skip; break or known limitation → xfail (fail when strict); mismatch, error,
@@ -126,12 +124,12 @@ class FullgraphSession:
             pytest.xfail(f"graph break: {result.message}" if result.outcome == BREAK else result.message)
         pytest.fail(f"{result.outcome}: {result.message}", pytrace=False)
 
-    def record_crash(self, nodeid: str, worker: str, axes: dict[str, tuple[str, ...]]) -> None:
+    def record_crash(self, nodeid: str, worker: str, axes: tuple[tuple[str, ...], ...]) -> None:
         """A worker died while running ``nodeid``: name the test, and record the check as an error if it is one.
 
         The controller does not collect items under xdist, so the check is read back from the test id, whose
-        parameters are model-scenario-level-dtype in that order (``pytest_generate_tests``); ``axes`` holds the
-        allowed values of each.
+        parameters are model-scenario-level-dtype joined by "-" (``pytest_generate_tests``); ``axes`` holds the
+        allowed values of each, in that order.
         """
         for worker_entry in self.crashed_workers:
             if worker_entry.get("node") == worker and not worker_entry.get("test"):
@@ -140,8 +138,7 @@ class FullgraphSession:
         else:
             self.crashed_workers.append({"node": worker, "error": "worker crashed", "test": nodeid})
         parameters = nodeid.rpartition("[")[2].rstrip("]") if nodeid.endswith("]") else ""
-        for model, scenario, level, dtype in itertools.product(axes["models"], axes["scenarios"], axes["levels"],
-                                                               axes["dtypes"]):
+        for model, scenario, level, dtype in itertools.product(*axes):
             if parameters == f"{model}-{scenario}-{level}-{dtype}":
                 self.record(nodeid, CheckResult(
                     model, scenario, level, self.settings.backend, self.settings.max_new_tokens, ERROR,

@@ -6,6 +6,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
+from pytest_fullgraph.levels import BUILTIN_LEVEL_NAMES
 from pytest_fullgraph.report.schema import Report
 from pytest_fullgraph.results import (
     BREAK,
@@ -17,10 +18,7 @@ from pytest_fullgraph.results import (
     ROUNDING,
     CheckResult,
 )
-
-#: Column order when a report carries no legend (reports written before legends existed).
-_DEFAULT_LEVELS = ("forward", "generate", "decode", "export")
-_DEFAULT_SCENARIOS = ("greedy", "sample", "eos", "padded")
+from pytest_fullgraph.scenarios import SCENARIOS
 
 
 def _plural(count: int, noun: str) -> str:
@@ -71,8 +69,9 @@ def _canonical(values: set[str], order: Iterable[str]) -> list[str]:
 def columns(report: Report) -> list[tuple[str, str]]:
     checks = report.checks
     env = report.environment
-    levels = _canonical({r.level for r in checks}, [*(env.get("levels") or {}), *_DEFAULT_LEVELS])
-    scenarios = _canonical({r.scenario for r in checks}, [*(env.get("scenarios") or {}), *_DEFAULT_SCENARIOS])
+    # the report's own legend first; reports written before legends existed fall back to the built-in order
+    levels = _canonical({r.level for r in checks}, [*(env.get("levels") or {}), *BUILTIN_LEVEL_NAMES])
+    scenarios = _canonical({r.scenario for r in checks}, [*(env.get("scenarios") or {}), *SCENARIOS])
     return [(level, scenario) for level in levels for scenario in scenarios]
 
 
