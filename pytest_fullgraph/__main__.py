@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 
@@ -28,7 +29,15 @@ def _parser() -> argparse.ArgumentParser:
                          help="Improvements fail too, so the baseline is refreshed whenever results get better")
     compare.add_argument("--divergences-only", action="store_true",
                          help="A mismatch classified as a rounding flip counts as a pass (for bfloat16/float16 jobs)")
-    commands.add_parser("models", help="List the built-in models with family and tags")
+    models = commands.add_parser(
+        "models", help="List the built-in models: class, parameters, tags, _can_compile_fullgraph, build status")
+    models.add_argument("selection", nargs="?", default="all", metavar="NAMES",
+                        help="Which models, as --fullgraph-models takes them (default: all)")
+    models.add_argument("--exclude", default="", metavar="NAMES", help="Models to leave out, in the same forms")
+    models.add_argument("--json", action="store_true", help="One JSON list of rows instead of the table")
+    models.add_argument("--no-build", action="store_true",
+                        help="Do not build and generate: parameters are counted on the meta device, status "
+                             "says only known reasons")
     return parser
 
 
@@ -36,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "models":
-            return _models()
+            return _models(args.selection, args.exclude, as_json=args.json, build=not args.no_build)
         if args.report_command == "merge":
             merged = report.merge((path, report.load(path)) for path in args.reports)
             for path in report.write(merged, args.output):
@@ -57,12 +66,48 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
-def _models() -> int:
+def _models(selection: str, exclude: str, *, as_json: bool, build: bool) -> int:
     from pytest_fullgraph.models import session_registry
+    from pytest_fullgraph.models.survey import survey
 
-    for spec in session_registry():
-        print(f"{spec.name:14} family={spec.family:10} tags={','.join(sorted(spec.tags))}")
+    registry = session_registry()
+    try:
+        names = registry.select(selection, exclude)
+    except ValueError as error:
+        print(f"pytest_fullgraph: error: {error}", file=sys.stderr)
+        return 2
+    rows = []
+    for name in names:  # printed as they finish: a full survey takes about a minute
+        row = survey(registry, name, build=build)
+        rows.append(row)
+        if not as_json:
+            if len(rows) == 1:
+                print(_table_line(["model", "class", "parameters", "flag", "tags", "status"]))
+            print(_table_line([row["name"], row["class"] or "-", _count(row["parameters"]),
+                               _flag(row["can_compile_fullgraph"]), ",".join(row["tags"]) or "-", row["status"]]),
+                  flush=True)
+    if as_json:
+        print(json.dumps(rows, indent=1))
+    else:
+        buildable = sum(1 for row in rows if row["status"] == "ok")
+        print(f"{len(rows)} models: {buildable} build and generate, "
+              f"{sum(1 for row in rows if row['status'].startswith('skipped'))} skipped with a reason, "
+              f"{sum(1 for row in rows if row['status'].startswith('error'))} errors" if build else
+              f"{len(rows)} models (not built)")
     return 0
+
+
+def _table_line(cells: list[str]) -> str:
+    widths = (24, 40, 11, 5, 28)
+    return " ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=False)) + " " + cells[-1]
+
+
+def _count(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def _flag(value: bool | None) -> str:
+    return "-" if value is None else str(value)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import re
+import signal
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -86,6 +88,38 @@ def reproducible_compute(backend: str, dtype: str = "float32") -> Iterator[None]
         torch.set_num_threads(threads)
 
 
+class CheckTimeout(BaseException):
+    """Raised into a check that runs past its time limit; a ``BaseException`` so that no ``except Exception``
+    on the way (the model's, transformers', dynamo's) turns it into something else."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Raise ``CheckTimeout`` in this thread after ``seconds`` (0: no limit), by SIGALRM.
+
+    Only the main thread of a POSIX process can take the signal; elsewhere there is no limit. A timer that was
+    already armed (pytest-timeout's signal method, say) is re-armed afterwards with the time it had left.
+    """
+    if seconds <= 0 or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum: int, frame: object) -> None:
+        raise CheckTimeout(seconds)
+
+    started = time.monotonic()
+    previous_handler = signal.signal(signal.SIGALRM, expire)
+    previous_delay, previous_interval = signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous_handler)
+        if previous_delay > 0:
+            left = previous_delay - (time.monotonic() - started)
+            signal.setitimer(signal.ITIMER_REAL, max(left, 1e-3), previous_interval)
+
+
 def run_check(
     model: PreTrainedModel | BaseException,
     model_name: str,
@@ -95,11 +129,13 @@ def run_check(
     max_new_tokens: int,
     *,
     diagnose: bool = True,
+    timeout: float = 0,
 ) -> CheckResult:
     """Run one check; never raises for a model's or compiler's failure: that becomes the outcome.
 
     ``scenario`` and ``level`` are objects or built-in names. ``diagnose``: when the fullgraph compile fails,
-    run the level's diagnostic pass to record every break.
+    run the level's diagnostic pass to record every break. ``timeout``: seconds after which the check is stopped
+    and recorded as an ``error`` naming the stage it was in (0: no limit).
     """
     import torch
 
@@ -112,32 +148,39 @@ def run_check(
     inputs = make_inputs(model, scenario)
     prompt_width = int(inputs["input_ids"].shape[1])
     stage = "eager generation"
-    with torch.no_grad(), reproducible_compute(backend, result.dtype):
-        try:
-            eos = _scenario_eos(model, inputs, scenario, max_new_tokens)
-            result.eos_token_id = eos
-            config = level.reference_config(generation_config(scenario, max_new_tokens, eos))
-            with model_generation_defaults(model, eos):
-                started = time.perf_counter()
-                eager = generate(model, inputs, config, scenario.seed)
-                result.timings["eager_s"] = time.perf_counter() - started
-                if not _deterministic(result, model, inputs, config, scenario.seed, eager, prompt_width):
-                    return result
-                stage = f"eager generation by {level.own_loop or 'the level'}"
-                if not _own_loop_agrees(result, level, model, inputs, config, scenario.seed, eager):
-                    return result
-                stage = "compiled generation"
-                _compile_and_compare(result, model, inputs, config, level, scenario.seed, eager, diagnose)
-        except Exception as error:  # isolate: one model's crash is that check's outcome, nothing more
-            located = breaks.record_from_exception(error)
-            where = f" at {located.where()}" if located.file else ""
-            detail = f"{where}: {type(error).__name__}: {first_line(error)}"
-            if stage.startswith("eager generation") and _NO_KERNEL.search(str(error)):
-                result.outcome, result.message = SKIP, f"{result.dtype} cannot run here{detail}"
-            else:
-                result.outcome, result.message = ERROR, f"{stage} failed{detail}"
-            if stage == "compiled generation":
-                result.first_break = located
+    try:
+        with time_limit(timeout), torch.no_grad(), reproducible_compute(backend, result.dtype):
+            try:
+                eos = _scenario_eos(model, inputs, scenario, max_new_tokens)
+                result.eos_token_id = eos
+                config = level.reference_config(generation_config(scenario, max_new_tokens, eos))
+                with model_generation_defaults(model, eos):
+                    started = time.perf_counter()
+                    eager = generate(model, inputs, config, scenario.seed)
+                    result.timings["eager_s"] = time.perf_counter() - started
+                    if not _deterministic(result, model, inputs, config, scenario.seed, eager, prompt_width):
+                        return result
+                    stage = f"eager generation by {level.own_loop or 'the level'}"
+                    if not _own_loop_agrees(result, level, model, inputs, config, scenario.seed, eager):
+                        return result
+                    stage = "compiled generation"
+                    _compile_and_compare(result, model, inputs, config, level, scenario.seed, eager, diagnose)
+            except Exception as error:  # isolate: one model's crash is that check's outcome, nothing more
+                located = breaks.record_from_exception(error)
+                where = f" at {located.where()}" if located.file else ""
+                detail = f"{where}: {type(error).__name__}: {first_line(error)}"
+                if stage.startswith("eager generation") and _NO_KERNEL.search(str(error)):
+                    result.outcome, result.message = SKIP, f"{result.dtype} cannot run here{detail}"
+                else:
+                    result.outcome, result.message = ERROR, f"{stage} failed{detail}"
+                if stage == "compiled generation":
+                    result.first_break = located
+    except CheckTimeout:
+        forget_compiled(model)  # a compile stopped half way must not leave its caches to the next check
+        if result.outcome == BREAK:  # the verdict stands; only the diagnostic pass that lists every break stopped
+            result.message += f" (the pass recording every break was stopped by the {timeout:g} s timeout)"
+        else:
+            result.outcome, result.message = ERROR, f"timeout after {timeout:g} s, during {stage}"
     return result
 
 

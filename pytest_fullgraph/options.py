@@ -14,6 +14,8 @@ BACKENDS = ("eager", "aot_eager", "inductor")
 #: Dtypes a model can be checked in; float64 is the reference that judges rounding, not a dtype under test.
 DTYPES = ("float32", "bfloat16", "float16")
 DEFAULT_MODELS = "llama,gemma"
+#: Seconds one check may run; generous, since an inductor check of a large selection can take minutes.
+DEFAULT_TIMEOUT = 900.0
 FAST_BACKEND, SLOW_BACKEND = "aot_eager", "inductor"
 FAST_MAX_NEW_TOKENS, SLOW_MAX_NEW_TOKENS = 4, 16
 RUN_SLOW_ENV = "RUN_SLOW"
@@ -44,19 +46,28 @@ class Settings:
     models_selected: bool = False
     #: the dtypes every check runs in (the dtype axis of the test ids)
     dtypes: tuple[str, ...] = ("float32",)
+    #: seconds a check may run before it is stopped and recorded as an error; 0: no limit
+    timeout: float = DEFAULT_TIMEOUT
 
     def describe(self) -> dict[str, object]:
         """The settings a report records (JSON builtins)."""
         return {"models": list(self.models), "dtypes": list(self.dtypes), "backend": self.backend,
                 "max_new_tokens": self.max_new_tokens, "run_slow": self.run_slow, "strict": self.strict,
-                "breaks": self.breaks}
+                "breaks": self.breaks, "timeout": self.timeout}
 
 
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("fullgraph", "fullgraph generate-compile conformance")
     group.addoption("--fullgraph-models", dest="fullgraph_models", metavar="NAMES", default=None,
-                    help="Comma list of registered models to check; keywords 'all' and 'popular' "
+                    help="Comma list of models to check: registered names, 'all', 'popular', glob patterns "
+                         "(qwen*) and tags (tag:moe); python -m pytest_fullgraph models lists them "
                          f"(default: {DEFAULT_MODELS}; ini: fullgraph_models)")
+    group.addoption("--fullgraph-exclude", dest="fullgraph_exclude", metavar="NAMES", default=None,
+                    help="Comma list of models to leave out of the selection, in the same forms "
+                         "(ini: fullgraph_exclude)")
+    group.addoption("--fullgraph-timeout", dest="fullgraph_timeout", metavar="SECONDS", default=None,
+                    help="A check running longer is stopped and recorded as an error; 0 turns the limit off "
+                         f"(default: {DEFAULT_TIMEOUT:g}; ini: fullgraph_timeout)")
     group.addoption("--fullgraph-backend", dest="fullgraph_backend", metavar="BACKEND", default=None,
                     help=f"torch.compile backend, one of {', '.join(BACKENDS)} (default: {FAST_BACKEND}, "
                          f"{SLOW_BACKEND} with --run-slow; ini: fullgraph_backend)")
@@ -81,6 +92,8 @@ def add_options(parser: pytest.Parser) -> None:
                     help="When to collect the built-in conformance suite: 'auto' (default) when models are "
                          "selected and no test paths are given, 'on' always, 'off' never (ini: fullgraph_suite)")
     parser.addini("fullgraph_models", "Default for --fullgraph-models", default=None)
+    parser.addini("fullgraph_exclude", "Default for --fullgraph-exclude", default=None)
+    parser.addini("fullgraph_timeout", "Default for --fullgraph-timeout", default=None)
     parser.addini("fullgraph_suite", "Default for --fullgraph-suite", default=None)
     parser.addini("fullgraph_dtype", "Default for --fullgraph-dtype", default=None)
     parser.addini("fullgraph_backend", "Default for --fullgraph-backend", default=None)
@@ -111,6 +124,17 @@ def parse_positive_int(value: str, source: str) -> int:
     if number <= 0:
         raise pytest.UsageError(f"{source}={value!r} is not a positive integer")
     return number
+
+
+def parse_seconds(value: str, source: str) -> float:
+    """A non-negative number of seconds (0: no limit)."""
+    try:
+        seconds = float(str(value).strip())
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0 or seconds == float("inf"):  # also rejects nan
+        raise pytest.UsageError(f"{source}={value!r} is not a number of seconds; use a number >= 0 (0: no limit)")
+    return seconds
 
 
 def parse_choice(value: str, source: str, choices: tuple[str, ...], what: str) -> str:
@@ -159,8 +183,14 @@ def resolve_settings(config: pytest.Config, registry: Registry) -> Settings:
     run_slow = resolve_run_slow(config)
 
     models_value, models_source = _pick(config, "fullgraph_models")
+    exclude_value, exclude_source = _pick(config, "fullgraph_exclude")
+    if exclude_value is not None:
+        try:
+            registry.select(exclude_value)  # its bad entries are named with its own source
+        except ValueError as error:
+            raise pytest.UsageError(f"{exclude_source}: {error}") from None
     try:
-        models = registry.select(models_value if models_value is not None else DEFAULT_MODELS)
+        models = registry.select(models_value if models_value is not None else DEFAULT_MODELS, exclude_value or "")
     except ValueError as error:
         raise pytest.UsageError(f"{models_source or '--fullgraph-models'}: {error}") from None
 
@@ -184,6 +214,8 @@ def resolve_settings(config: pytest.Config, registry: Registry) -> Settings:
     dtypes = ("float32",) if dtype_value is None else parse_choices(dtype_value, dtype_source, DTYPES, "a dtype")
     suite_value, suite_source = _pick(config, "fullgraph_suite")
     suite = "auto" if suite_value is None else parse_choice(suite_value, suite_source, SUITE_MODES, "a suite mode")
+    timeout_value, timeout_source = _pick(config, "fullgraph_timeout")
+    timeout = DEFAULT_TIMEOUT if timeout_value is None else parse_seconds(timeout_value, timeout_source)
     return Settings(models=models, backend=backend, max_new_tokens=max_new_tokens, run_slow=run_slow,
                     strict=strict, report_dir=report_dir, breaks=breaks, suite=suite,
-                    models_selected=models_value is not None, dtypes=dtypes)
+                    models_selected=models_value is not None, dtypes=dtypes, timeout=timeout)

@@ -11,10 +11,12 @@ from typing import Any
 
 SCHEMA = "pytest_fullgraph/report"
 #: Version 2 added ``run`` (exit status, interrupted), per-check ``device`` and merged-environment fields;
-#: version 3 the ``dtype`` of each check (part of its identity), the ``skip`` outcome and ``mismatch.precision``.
-SCHEMA_VERSION = 3
+#: version 3 the ``dtype`` of each check (part of its identity), the ``skip`` outcome and ``mismatch.precision``;
+#: version 4 each check's ``model_class``, ``parameters`` and ``can_compile_fullgraph``, and the derived
+#: per-model ``models`` section (facts, verdicts by level, flag audit).
+SCHEMA_VERSION = 4
 #: Versions this package reads; older reports load with the newer fields at their defaults (float32).
-READABLE_SCHEMA_VERSIONS = (1, 2, 3)
+READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4)
 
 
 @dataclass(frozen=True)
@@ -205,6 +207,11 @@ class CheckResult:
     timings: dict[str, float] = field(default_factory=dict)
     #: the dtype the model ran in; part of the check's identity
     dtype: str = DEFAULT_DTYPE
+    #: the model's transformers class, parameter count and transformers' own ``_can_compile_fullgraph`` flag
+    #: (the flag audit sets it beside the measured verdicts); empty / None when unknown
+    model_class: str = ""
+    parameters: int | None = None
+    can_compile_fullgraph: bool | None = None
 
     @property
     def check_id(self) -> str:

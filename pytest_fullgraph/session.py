@@ -12,7 +12,7 @@ import pytest
 
 from pytest_fullgraph import report
 from pytest_fullgraph.levels import Levels
-from pytest_fullgraph.models import Registry
+from pytest_fullgraph.models import Registry, class_facts
 from pytest_fullgraph.options import DTYPES, Settings
 from pytest_fullgraph.results import BREAK, DEFAULT_DTYPE, ERROR, PASS, SKIP, CheckResult
 from pytest_fullgraph.scenarios import SCENARIOS
@@ -104,24 +104,42 @@ class FullgraphSession:
                 raise pytest.UsageError(f"unknown {what} {value!r}; valid: {', '.join(allowed)}")
         model = self.model(model_name, dtype)
         if isinstance(model, KnownLimitation):
-            return CheckResult(model_name, scenario, level, self.settings.backend, self.settings.max_new_tokens,
-                               ERROR, f"known limitation of model {model_name!r}: {model}", dtype=dtype)
-        result = run_check(model, model_name, SCENARIOS[scenario], self.levels[level], self.settings.backend,
-                           self.settings.max_new_tokens, diagnose=self.settings.breaks == "all")
+            result = CheckResult(model_name, scenario, level, self.settings.backend, self.settings.max_new_tokens,
+                                 SKIP, f"skipped: {model}", dtype=dtype)
+        else:
+            result = run_check(model, model_name, SCENARIOS[scenario], self.levels[level], self.settings.backend,
+                               self.settings.max_new_tokens, diagnose=self.settings.breaks == "all",
+                               timeout=self.settings.timeout)
         if isinstance(model, BaseException):
             result.dtype = dtype  # a model that failed to build has no dtype of its own to report
+        result.model_class, result.parameters, result.can_compile_fullgraph = self.facts(model_name, model)
         return result
 
+    def facts(self, name: str, model: Any) -> tuple[str, int | None, bool | None]:
+        """Class, parameter count and ``_can_compile_fullgraph`` of a model; from its transformers type's class
+        when it was not built (a known limitation, a failed build)."""
+        if not isinstance(model, BaseException):
+            flag = getattr(model, "_can_compile_fullgraph", None)
+            return (type(model).__name__, sum(parameter.numel() for parameter in model.parameters()),
+                    flag if isinstance(flag, bool) else None)
+        model_type = self.registry[name].model_type
+        if not model_type:
+            return "", None, None
+        try:
+            model_class, flag = class_facts(model_type)
+        except Exception:  # the facts are a courtesy; the check's outcome already says what went wrong
+            return "", None, None
+        return model_class, None, flag
+
     def apply_verdict(self, result: CheckResult) -> None:
-        """pass → pass; skip → skip; break or known limitation → xfail (fail when strict); mismatch, error,
-        nondeterministic → fail."""
+        """pass → pass; skip (a known limitation, a dtype without kernels) → skip; break → xfail (fail when
+        strict); mismatch, error, nondeterministic → fail."""
         if result.outcome == PASS:
             return
         if result.outcome == SKIP:
-            pytest.skip(result.message)
-        known = result.model in self.registry and bool(self.registry[result.model].known_reason)
-        if not self.settings.strict and (result.outcome == BREAK or known):
-            pytest.xfail(f"graph break: {result.message}" if result.outcome == BREAK else result.message)
+            pytest.skip(f"{result.model}: {result.message}")
+        if not self.settings.strict and result.outcome == BREAK:
+            pytest.xfail(f"graph break: {result.message}")
         pytest.fail(f"{result.outcome}: {result.message}", pytrace=False)
 
     def record_crash(self, nodeid: str, worker: str, axes: tuple[tuple[str, ...], ...]) -> None:

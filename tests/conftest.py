@@ -9,6 +9,11 @@ from typing import Any
 
 import pytest
 
+# Imported up front: pytester's in-process runs drop the modules they import when they end, and numpy (under
+# torch and transformers) cannot be imported twice in one process. A selection beyond the records' names loads
+# transformers' model mapping inside such a run.
+import transformers.models.auto.modeling_auto  # noqa: F401
+
 pytest_plugins = ["pytester"]
 
 #: A conftest for pytester runs: toy models built on the tiny llama, each with a known behaviour.

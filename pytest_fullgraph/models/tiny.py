@@ -7,7 +7,7 @@ which is what lets one table serve GPT-2-style and Llama-style configs alike.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -40,6 +40,7 @@ GENERIC_SHRINK: dict[str, Any] = {
     "vocab_size": 128,
     "hidden_size": 32,
     "intermediate_size": 64,
+    "ffn_dim": 64,
     "num_hidden_layers": 2,
     "num_attention_heads": 4,
     "num_key_value_heads": 2,
@@ -54,13 +55,71 @@ GENERIC_SHRINK: dict[str, Any] = {
     "num_experts_per_tok": 2,
     "moe_intermediate_size": 32,
     "shared_expert_intermediate_size": 32,
-    # full attention everywhere unless a record says otherwise
+    # a window shorter than the slow tier's generations where the full-size config has one (see SLIDING_WINDOW),
+    # else none
     "sliding_window": None,
     "tie_word_embeddings": True,
     # Wide weights make random models emit varied tokens with clear top-1/top-2 logit gaps; with the
-    # usual 0.02 they repeat one token, which would hide most mismatches.
+    # usual 0.02 they repeat one token, which would hide most mismatches. (init_std: the bart family's name.)
     "initializer_range": 0.5,
+    "init_std": 0.5,
+    # decoders of encoder-decoder families (bart, marian, pegasus, whisper, trocr, ...), whose layer count is
+    # not num_hidden_layers (that maps to the encoder's)
+    "decoder_layers": 2,
+    "decoder_attention_heads": 4,
+    "decoder_ffn_dim": 64,
+    "encoder_ffn_dim": 64,
+    # a token forced at the last step would end every generation with it
+    "forced_eos_token_id": None,
+    # BERT-style causal LMs attend both ways unless they are told they are decoders
+    "is_decoder": True,
+    # sparse-attention indexers (DeepSeek sparse attention): a top-k below the generation length, so it selects
+    "index_topk": 8,
+    "index_head_dim": 16,
+    "index_n_heads": 2,
 }
+
+
+@dataclass(frozen=True)
+class ShrinkRule:
+    """A generic shrink that depends on the full-size config: applied where ``applies`` says, as ``values``."""
+
+    name: str
+    applies: Callable[[Any], bool]
+    values: Callable[[Any], dict[str, Any]]
+
+
+def _int(config: Any, name: str) -> int:
+    """An integer field, 0 when absent; read past the guard of heterogeneous (per-layer) configs."""
+    getter = getattr(config, "_getattr_without_heterogeneous_validation", None)
+    value = getter(name, None) if getter is not None else getattr(config, name, None)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+#: Rules over the generic keys, in order; each sees the full-size default config.
+SHRINK_RULES: tuple[ShrinkRule, ...] = (
+    # multi-head latent attention: small ranks, and as many key/value heads as query heads, since kv_b_proj
+    # makes one per query head (q_lora_rank only where the model uses a low-rank query at all)
+    ShrinkRule("latent attention", lambda config: _int(config, "kv_lora_rank") > 0, lambda config: {
+        "num_key_value_heads": GENERIC_SHRINK["num_attention_heads"], "kv_lora_rank": 16, "qk_rope_head_dim": 8,
+        "qk_nope_head_dim": 8, "v_head_dim": 8, **({"q_lora_rank": 16} if _int(config, "q_lora_rank") else {})}),
+    # grouped expert routing: the default 8 groups cannot split 4 experts
+    ShrinkRule("expert groups", lambda config: _int(config, "n_group") > 1,
+               lambda config: {"n_group": 2, "topk_group": 1}),
+    # a dense prefix as deep as the tiny model would leave no mixture-of-experts layer
+    ShrinkRule("dense prefix", lambda config: _int(config, "first_k_dense_replace") > 1,
+               lambda config: {"first_k_dense_replace": 1}),
+    ShrinkRule("dense layers", lambda config: _int(config, "num_dense_layers") > 1,
+               lambda config: {"num_dense_layers": 1}),
+    # partial rotary embeddings sized for the full head (GPT-J, CodeGen: 64)
+    ShrinkRule("rotary dims", lambda config: _int(config, "rotary_dim") > GENERIC_SHRINK["head_dim"],
+               lambda config: {"rotary_dim": GENERIC_SHRINK["head_dim"] // 2}),
+)
+
+
+#: The window of a tiny model whose full-size config has a sliding window: short enough that the slow tier's
+#: generations (prompt plus 16 new tokens) slide past it.
+SLIDING_WINDOW = 16
 
 
 @dataclass(frozen=True)
@@ -83,36 +142,161 @@ class TinyModel:
         return self.family or self.model_type
 
 
-def _record(model_type: str, family: str = "", tags: tuple[str, ...] = (), **overrides: Any) -> TinyModel:
-    return TinyModel(model_type, overrides, family, frozenset({"popular", *tags}))
+def _popular(model_type: str, family: str = "", **overrides: Any) -> TinyModel:
+    """A type of the curated ``popular`` list (widely used families), with its overrides."""
+    return TinyModel(model_type, overrides, family, frozenset({"popular"}))
 
 
-#: The built-in model types, in the order they are listed; all tagged ``popular``.
-RECORDS: dict[str, TinyModel] = {record.model_type: record for record in (
-    _record("llama"),
-    _record("gemma"),
-    _record("gemma2", family="gemma", sliding_window=16),
-    _record("gemma3_text", family="gemma", sliding_window=16),
-    _record("mistral"),
-    _record("mixtral", family="mistral", tags=("moe",)),
-    _record("qwen2"),
-    _record("qwen2_moe", family="qwen2", tags=("moe",)),
-    _record("qwen3", family="qwen2"),
-    _record("qwen3_moe", family="qwen2", tags=("moe",)),
-    _record("phi", partial_rotary_factor=0.5),
-    _record("phi3", family="phi"),
-    _record("gpt2", n_positions=256),
-    _record("gpt_neox", family="gpt2"),
-    _record("falcon", head_dim=DROP, new_decoder_architecture=False, multi_query=True),
-    _record("opt", ffn_dim=64, word_embed_proj_dim=32),
-    _record("olmo2", family="llama"),
-    _record("starcoder2"),
-    _record("granite", family="llama"),
-    _record("cohere"),
-    _record("stablelm", partial_rotary_factor=0.25),
-    _record("gpt_oss", tags=("moe",), sliding_window=16,
-            rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
-    _record("mpt", d_model=32, n_heads=4, n_layers=2, expansion_ratio=2, max_seq_len=256),
-    _record("gpt_neo", family="gpt2", attention_types=[[["global", "local"], 1]], window_size=16),
-    _record("mamba", tags=("ssm",), state_size=8, expand=2, conv_kernel=4, time_step_rank=4),
-)}  # fmt: skip
+def _fix(model_type: str, family: str = "", model_class: str = "", **overrides: Any) -> TinyModel:
+    """A type the generic shrink and its rules do not fit: the overrides that make it build and generate."""
+    return TinyModel(model_type, overrides, family, model_class=model_class)
+
+
+def _reason(model_type: str, reason: str) -> TinyModel:
+    """A type that cannot be checked: registered anyway, skipped with ``reason`` (which says what would fix it)."""
+    return TinyModel(model_type, known_reason=reason)
+
+
+#: The curated ``popular`` list: widely used families, the default of broad runs (``--fullgraph-models=popular``).
+POPULAR: tuple[TinyModel, ...] = (
+    _popular("llama"),
+    _popular("gemma"),
+    _popular("gemma2", family="gemma"),
+    _popular("gemma3_text", family="gemma"),
+    _popular("mistral", sliding_window=None),  # Mistral v0.3 on has no window; ministral keeps one
+    _popular("mixtral", family="mistral"),
+    _popular("qwen2"),
+    _popular("qwen2_moe", family="qwen2"),
+    _popular("qwen3", family="qwen2"),
+    _popular("qwen3_moe", family="qwen2"),
+    _popular("phi", partial_rotary_factor=0.5),
+    _popular("phi3", family="phi"),
+    _popular("gpt2", n_positions=256),
+    _popular("gpt_neox", family="gpt2"),
+    _popular("falcon", head_dim=DROP, new_decoder_architecture=False, multi_query=True),
+    _popular("opt", ffn_dim=64, word_embed_proj_dim=32),
+    _popular("olmo2", family="llama"),
+    _popular("starcoder2"),
+    _popular("granite", family="llama"),
+    _popular("cohere"),
+    _popular("stablelm", partial_rotary_factor=0.25),
+    _popular("gpt_oss", rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+    _popular("mpt", d_model=32, n_heads=4, n_layers=2, expansion_ratio=2, max_seq_len=256),
+    _popular("gpt_neo", family="gpt2", attention_types=[[["global", "local"], 1]], window_size=16),
+    _popular("mamba", state_size=8, expand=2, conv_kernel=4, time_step_rank=4),
+)  # fmt: skip
+
+#: Types the generic shrink and ``SHRINK_RULES`` leave unbuildable, too large, or degenerate, each with the
+#: smallest overrides that keep its characteristic structure (MoE keeps experts, hybrids one layer of each kind).
+FIXES: tuple[TinyModel, ...] = (
+    # sliding layers use RoPE, the full one none; the default rope_parameters ({}) name neither (a bug in 5.24)
+    _fix("cohere_compass_text", layer_types=["sliding_attention", "full_attention"],
+         rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                          "full_attention": None}),
+    _fix("dots1", n_shared_experts=1),
+    _fix("lfm2_moe", layer_types=["conv", "full_attention"]),
+    _fix("qwen4_exp_text", indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=8, indexer_budget=8,
+         indexer_compress_ratio=4, linear_key_head_dim=8, linear_value_head_dim=8, linear_num_key_heads=2,
+         linear_num_value_heads=4, hc_lowrank=8, ple_layer_ids=[1], ple_embed_dim=16, heads_per_ngram=2,
+         ngram_vocab_size_base=64),
+    _fix("qwen4_exp", text_config={
+        "indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": 8, "indexer_budget": 8,
+        "indexer_compress_ratio": 4, "linear_key_head_dim": 8, "linear_value_head_dim": 8, "linear_num_key_heads": 2,
+        "linear_num_value_heads": 4, "hc_lowrank": 8, "ple_layer_ids": [1], "ple_embed_dim": 16,
+        "heads_per_ngram": 2, "ngram_vocab_size_base": 64,
+        "number_of_conv_states": DROP}),  # derived from the layer list; the copied full-size count overrides it
+    _fix("longcat_flash", zero_expert_num=2),
+    _fix("kimi_linear", linear_head_dim=8, linear_num_heads=4),
+    # its num_hidden_layers setter raises: the decoder and encoder depths are set instead
+    _fix("prophetnet", num_hidden_layers=DROP, num_encoder_layers=2, num_decoder_layers=2,
+         num_decoder_attention_heads=4),
+    # the layer count comes from attn_layers; the axial position factors must multiply to the positions and their
+    # widths add up to the hidden size; short chunks so that chunking happens within the suite's generations
+    _fix("reformer", attn_layers=["local", "lsh"], attention_head_size=8, feed_forward_size=64,
+         axial_pos_shape=[16, 16], axial_pos_embds_dim=[16, 16], local_attn_chunk_length=8,
+         lsh_attn_chunk_length=8, num_buckets=4),
+    # no sequence limit, so no max_position_embeddings; d_head is derived before hidden_size is mapped
+    _fix("xlnet", max_position_embeddings=DROP, d_head=8, d_inner=64),
+    _fix("xmod", default_language="en_XX"),
+    # full-size side tables: shape and pronunciation embeddings, audio and vision towers, feed-forward width
+    _fix("roc_bert", shape_vocab_size=128, shape_embed_dim=32, pronunciation_vocab_size=128,
+         pronunciation_embed_dim=32),
+    _fix("phi4_multimodal", audio_config={"num_blocks": 2, "ext_pw_out_channel": 32,
+                                          "depthwise_separable_out_channel": 32, "nemo_conv_channels": 32}),
+    _fix("got_ocr2", vision_config={"output_channels": 16, "mlp_dim": 64, "image_size": 128, "window_size": 4,
+                                    "global_attn_indexes": [1]}, image_seq_length=4),
+    _fix("cpmant", dim_ff=64, dim_head=8),
+    # hybrids whose layer list derives from other fields: set those so that an attention layer survives the cut
+    _fix("bamba", attn_layer_indices=[1], mamba_n_heads=4),
+    _fix("falcon_h1", mamba_d_ssm=64, mamba_n_heads=4),
+    _fix("recurrent_gemma", block_types=["recurrent", "attention"]),
+    _fix("granitemoehybrid", layer_types=["linear_attention", "full_attention"], mamba_n_heads=4,
+         shared_intermediate_size=32),
+    _fix("jamba", attn_layer_period=2, attn_layer_offset=1),
+    _fix("mamba2", num_heads=8),
+    # its weight-tying pattern needs two hybrid layers
+    _fix("zamba", num_hidden_layers=3, layers_block_type=["linear_attention", "hybrid", "hybrid"]),
+    _fix("zaya", num_experts_per_tok=1),  # "ZAYA currently supports num_experts_per_tok=1 only"
+    # 5.24's modeling reads attn_config.rope_theta, which its config no longer has, and clamps by clip_qkv
+    # even when it is None; untied embeddings are its only kind
+    _fix("dbrx", tie_word_embeddings=False, attn_config={"rope_theta": 10000.0, "clip_qkv": 8, "kv_n_heads": 2},
+         ffn_config={"ffn_hidden_size": 64, "moe_top_k": 2}),
+    # the cache rounds the q/k/v widths up to multiples of 64 and the layers do not: make them multiples
+    _fix("xlstm", qk_dim_factor=2.0, v_dim_factor=2.0),
+    # per-layer inputs and their vocabulary, sized down; one sparse-activation value per (kv-shared) layer
+    _fix("gemma3n_text", vocab_size_per_layer_input=128, hidden_size_per_layer_input=8, laurel_rank=8,
+         activation_sparsity_pattern=[0.95, 0.0, 0.0, 0.0]),
+    _fix("gemma4_text", vocab_size_per_layer_input=128, hidden_size_per_layer_input=8, global_head_dim=16),
+    _fix("gemma4", text_config={"vocab_size_per_layer_input": 128, "hidden_size_per_layer_input": 8,
+                                "global_head_dim": 16}),
+    _fix("gemma4_unified_text", vocab_size_per_layer_input=128, hidden_size_per_layer_input=8, global_head_dim=16),
+    _fix("gemma4_unified", text_config={"vocab_size_per_layer_input": 128, "hidden_size_per_layer_input": 8,
+                                        "global_head_dim": 16}),
+    # heterogeneous layers: the sliding-window layers' own head counts and latent ranks
+    _fix("dots3_note_text", swa_num_attention_heads=2, swa_num_key_value_heads=2, swa_q_lora_rank=16,
+         swa_kv_lora_rank=16, swa_head_dim=8, swa_qk_nope_head_dim=4),
+    _fix("dots3_note", text_config={
+        "swa_num_attention_heads": 2, "swa_num_key_value_heads": 2, "swa_q_lora_rank": 16, "swa_kv_lora_rank": 16,
+        "swa_head_dim": 8, "swa_qk_nope_head_dim": 4}, vision_config={"adapter_in_dim": 32, "adapter_out_dim": 32},
+        audio_config={"adapter_input_size": 32, "adapter_out_dim": 32}),
+    # the output layer has unpadded_vocab_size rows (200058 by default)
+    _fix("inkling2_text", unpadded_vocab_size=128, swa_num_attention_heads=4, swa_num_key_value_heads=2,
+         swa_head_dim=8),
+    _fix("inkling2_loop_text", unpadded_vocab_size=128, swa_num_attention_heads=4, swa_num_key_value_heads=2,
+         swa_head_dim=8, n_layers_per_attn_res_block=1, loop_layer_index_start=1, loop_layer_index_end=2,
+         loop_num_passes=2, loop_gate_rank=8),
+    # no num_hidden_layers of its own (the cache needs one); the global width its decoder projects to
+    _fix("blt", num_hidden_layers=2, encoder_hash_byte_group_vocab=64, local_attention_window_len=16,
+         decoder_config={"hidden_size_global": 32}),
+)  # fmt: skip
+
+#: Types that cannot be checked, with why and what would fix it.
+REASONS: tuple[TinyModel, ...] = (
+    _reason("gemma3n", "its vision tower is a timm model (TimmWrapperModel, architecture mobilenetv5_300m_enc, "
+                       "about 300M parameters whatever the config says), which needs timm and pillow: check "
+                       "gemma3n_text, its language model, instead"),
+    _reason("gemma4_assistant", "a drafter: its forward needs the target model's inputs_embeds and shared_kv_states, "
+                                "so it only runs as generate(..., assistant_model=) beside a gemma4 target (and "
+                                "its default config fails its own validation in transformers 5.24)"),
+    _reason("gemma4_unified_assistant", "a drafter: its forward needs the target model's inputs_embeds and "
+                                        "shared_kv_states, so it only runs as generate(..., assistant_model=) "
+                                        "beside a gemma4_unified target"),
+    _reason("musicgen", "the causal-LM class (MusicgenForCausalLM) needs the decoder config, not the composite "
+                        "MusicgenConfig the type maps to (modeling_musicgen.py config.dropout), and its generate "
+                        "returns codebook streams with the delay pattern applied, not prompt plus continuation"),
+    _reason("musicgen_melody", "as musicgen: MusicgenMelodyForCausalLM needs the decoder config, and its generate "
+                               "returns codebook streams, not prompt plus continuation"),
+)
+
+
+def _index(*groups: tuple[TinyModel, ...]) -> dict[str, TinyModel]:
+    records: dict[str, TinyModel] = {}
+    for record in (record for group in groups for record in group):
+        if record.model_type in records:
+            raise ValueError(f"model type {record.model_type!r} has two records")
+        records[record.model_type] = record
+    return records
+
+
+#: Every record by model type. Installed types without one get the generic shrink (and ``SHRINK_RULES``).
+RECORDS: dict[str, TinyModel] = _index(POPULAR, FIXES, REASONS)

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from pytest_fullgraph.levels import BUILTIN_LEVEL_NAMES
+from pytest_fullgraph.report.audit import AUDIT_LEVELS, disagreements, has_flags, model_summaries
 from pytest_fullgraph.report.schema import Report
 from pytest_fullgraph.results import (
     BREAK,
@@ -145,12 +146,41 @@ def markdown(report: Report) -> str:
                          f"{_escape(site['gb_type'])} | {site['origin']} | {'yes' if site['root_cause'] else 'no'}"
                          f" | {', '.join(site['models'])} | {len(site['checks'])} |")
         lines.append("")
+    lines += _audit_section(checks)
     problems = [result for result in checks if result.outcome in FAILING_OUTCOMES]
     if problems:
         lines += ["## Failures", ""]
         lines += [f"- `{result.check_id}` **{result.outcome}**: {_escape(result.headline())}" for result in problems]
         lines.append("")
     return "\n".join(lines)
+
+
+def _flag(value: bool | None) -> str:
+    return "—" if value is None else str(value)
+
+
+def _audit_section(checks: list[CheckResult]) -> list[str]:
+    """transformers' ``_can_compile_fullgraph`` beside the measured forward and decode verdicts."""
+    summaries = model_summaries(checks)
+    if not has_flags(summaries):
+        return []
+    lines = ["## transformers' `_can_compile_fullgraph` flag audit", "",
+             "| model | class | parameters | flag | " + " | ".join(AUDIT_LEVELS) + " | disagreement |",
+             "|---|---|---|---|" + "---|" * len(AUDIT_LEVELS) + "---|"]
+    for summary in summaries:
+        verdicts = [OUTCOMES[v].cell if v in OUTCOMES else (v or "—")
+                    for v in (summary.verdicts.get(level, "") for level in AUDIT_LEVELS)]
+        parameters = f"{summary.parameters:,}" if summary.parameters is not None else "—"
+        lines.append(f"| {summary.model} | {summary.model_class or '—'} | {parameters} | "
+                     f"{_flag(summary.can_compile_fullgraph)} | " + " | ".join(verdicts) +
+                     f" | {summary.disagreement or ''} |")
+    lines.append("")
+    disagreeing = disagreements(summaries)
+    lines += [f"**{_plural(len(disagreeing), 'disagreement')}** between the flag and the measured verdicts"
+              + (":" if disagreeing else "."), ""]
+    lines += [f"- {summary.model} ({summary.model_class}): {summary.disagreement}: {_escape(summary.evidence)}"
+              for summary in disagreeing]
+    return [*lines, ""] if disagreeing else lines
 
 
 def _legend(report: Report, levels: set[str], scenarios: set[str]) -> list[str]:
@@ -178,6 +208,10 @@ def terminal_lines(report: Report, top_sites: int = 5) -> list[str]:
         lines.append("top break sites:")
         lines += [f"  {site['where']} {site['gb_id'] or '-'} {site['gb_type']} [{site['origin']}] "
                   f"in {len(site['checks'])} check(s): {', '.join(site['models'])}" for site in sites]
+    disagreeing = disagreements(model_summaries(checks))
+    if disagreeing:
+        lines.append(f"_can_compile_fullgraph disagrees with the verdicts for {len(disagreeing)} model(s):")
+        lines += [f"  {summary.model}: {summary.disagreement}" for summary in disagreeing]
     for worker in report.crashed_workers:
         lines.append(f"crashed worker {_crash_line(worker)}")
     if report.interrupted:

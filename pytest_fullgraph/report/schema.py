@@ -39,6 +39,8 @@ class Report:
         return sorted(self.checks, key=lambda result: result.key)
 
     def to_dict(self) -> dict[str, Any]:
+        from pytest_fullgraph.report.audit import model_summaries
+
         return {
             "schema": SCHEMA,
             "version": SCHEMA_VERSION,
@@ -46,6 +48,8 @@ class Report:
             "run": self.run,
             "crashed_workers": sorted(self.crashed_workers, key=lambda w: (w.get("node", ""), w.get("test", ""))),
             "checks": [result.to_dict() for result in self.sorted_checks()],
+            # derived from the checks for readers of the JSON; recomputed, never read back
+            "models": [summary.to_dict() for summary in model_summaries(self.checks)],
         }
 
     @classmethod
