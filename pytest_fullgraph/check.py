@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from pytest_fullgraph import breaks
@@ -93,18 +94,35 @@ class CheckTimeout(BaseException):
     on the way (the model's, transformers', dynamo's) turns it into something else."""
 
 
+#: When a check's time runs out during an import, the timeout waits this long and looks again.
+IMPORT_GRACE_S = 0.2
+
+
+def _importing(frame: FrameType | None) -> bool:
+    """Whether the interrupted code is inside an import (importlib's bootstrap frames on the stack)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
 @contextlib.contextmanager
 def time_limit(seconds: float) -> Iterator[None]:
     """Raise ``CheckTimeout`` in this thread after ``seconds`` (0: no limit), by SIGALRM.
 
-    Only the main thread of a POSIX process can take the signal; elsewhere there is no limit. A timer that was
-    already armed (pytest-timeout's signal method, say) is re-armed afterwards with the time it had left.
+    Only the main thread of a POSIX process can take the signal; elsewhere there is no limit. An import in
+    progress is let finish first. A timer that was already armed (pytest-timeout's signal method, say) is
+    re-armed afterwards with the time it had left.
     """
     if seconds <= 0 or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
         yield
         return
 
-    def expire(signum: int, frame: object) -> None:
+    def expire(signum: int, frame: FrameType | None) -> None:
+        if _importing(frame):  # an import stopped half way leaves a broken module behind for every later check
+            signal.setitimer(signal.ITIMER_REAL, IMPORT_GRACE_S)
+            return
         raise CheckTimeout(seconds)
 
     started = time.monotonic()

@@ -95,3 +95,51 @@ def test_a_model_with_a_known_reason_is_skipped_with_it_and_never_built(toy_proj
     strict = toy_project.runpytest("--fullgraph-models=toy_known", "-k", "greedy and forward", "--fullgraph-strict",
                                    "-p", "no:cacheprovider")
     strict.assert_outcomes(skipped=1)  # strictness is about breaks; a known reason is not a finding
+
+
+STUCK_LEVEL = textwrap.dedent('''\
+    import time
+    from pytest_fullgraph.levels import GRAPHS_NOT_COUNTED, Level
+
+
+    class StuckLevel(Level):
+        name = "stuck"
+        description = "a compile that never ends on greedy"
+        graph_rule = GRAPHS_NOT_COUNTED
+
+        def run_compiled(self, model, inputs, config, backend):
+            from pytest_fullgraph.generation import generate_fn
+            if bool(inputs["attention_mask"].all()):  # hangs unless the prompts are padded
+                time.sleep(60)
+            return generate_fn(model)(**inputs, generation_config=config)
+
+
+    def pytest_fullgraph_register_levels(levels):
+        levels.add(StuckLevel())
+''')
+
+
+def test_a_check_that_hangs_times_out_as_an_error_and_the_run_goes_on(toy_project: pytest.Pytester,
+                                                                      tmp_path: Path) -> None:
+    toy_project.makepyfile(conftest=(toy_project.path / "conftest.py").read_text() + "\n" + STUCK_LEVEL)
+    result = toy_project.runpytest("--fullgraph-models=toy", "-k", "stuck and (greedy or padded)",
+                                   "--fullgraph-timeout=2", "-p", "no:cacheprovider", f"--fullgraph-report={tmp_path}")
+    result.assert_outcomes(failed=1, passed=1)
+    result.stdout.fnmatch_lines(["*error: timeout after 2 s, during compiled generation*"])
+    report = read_report(tmp_path)
+    checks = checks_by_id(report)
+    assert checks["toy-greedy-stuck"]["outcome"] == "error" and checks["toy-padded-stuck"]["outcome"] == "pass"
+    assert report["environment"]["timeout"] == 2.0
+    # the model's facts travel with every check, for the flag audit
+    assert (checks["toy-padded-stuck"]["model_class"], checks["toy-padded-stuck"]["can_compile_fullgraph"]) == (
+        "LlamaForCausalLM", True)
+    assert 0 < checks["toy-padded-stuck"]["parameters"] < 100_000
+    assert [model["model"] for model in report["models"]] == ["toy"]
+
+
+def test_a_bad_timeout_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x():\n    pass\n")
+    for bad in ("-1", "soon", "nan"):
+        result = pytester.runpytest(f"--fullgraph-timeout={bad}")
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines([f"*--fullgraph-timeout={bad!r} is not a number of seconds; use a number >= 0*"])

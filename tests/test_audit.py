@@ -1,0 +1,68 @@
+"""The models section of a report and the audit of transformers' ``_can_compile_fullgraph`` flag."""
+
+from __future__ import annotations
+
+import json
+
+from pytest_fullgraph.report import Report, markdown, terminal_lines
+from pytest_fullgraph.report.audit import COMPILES_ANYWAY, FLAG_BUT_BREAKS, disagreements, model_summaries
+from pytest_fullgraph.results import CheckResult
+
+
+def result(model: str, level: str, outcome: str, flag: bool | None, scenario: str = "greedy",
+           message: str = "") -> CheckResult:
+    return CheckResult(model, scenario, level, "aot_eager", 4, outcome, message or outcome,
+                       model_class=f"{model.title()}ForCausalLM", parameters=1000, can_compile_fullgraph=flag)
+
+
+CHECKS = [
+    # flag True and forward compiles: agrees
+    result("agree", "forward", "pass", True), result("agree", "decode", "pass", True),
+    # flag True but transformers' compiled forward breaks: disagreement
+    result("overclaims", "forward", "pass", True),
+    result("overclaims", "forward", "break", True, scenario="sample", message="Data-dependent branching at x.py:3"),
+    result("overclaims", "decode", "break", True),
+    # flag False, forward not compiled by transformers, our loop compiles it exactly: disagreement
+    result("conservative", "forward", "error", False, message="nothing was compiled"),
+    result("conservative", "decode", "pass", False), result("conservative", "decode", "pass", False, "sample"),
+    # flag False and decode breaks too: agrees
+    result("honest", "forward", "error", False), result("honest", "decode", "break", False),
+    # a decode mismatch is not "compiles anyway"; a skip alone says nothing
+    result("drifts", "decode", "mismatch", False), result("skipped", "decode", "skip", False),
+]
+
+
+def test_each_model_gets_its_worst_outcome_per_level_and_the_flag_disagreements_both_ways() -> None:
+    summaries = {summary.model: summary for summary in model_summaries(CHECKS)}
+    assert summaries["overclaims"].verdicts == {"forward": "break", "decode": "break"}
+    assert summaries["overclaims"].disagreement == FLAG_BUT_BREAKS
+    assert summaries["overclaims"].evidence == (
+        "overclaims-sample-forward-float32 break: Data-dependent branching at x.py:3")
+    assert summaries["conservative"].disagreement == COMPILES_ANYWAY
+    assert [s.model for s in disagreements(list(summaries.values()))] == ["conservative", "overclaims"]
+    for agreeing in ("agree", "honest", "drifts", "skipped"):
+        assert summaries[agreeing].disagreement == "", agreeing
+    assert summaries["skipped"].verdicts == {"decode": "skip"}
+    assert (summaries["agree"].model_class, summaries["agree"].parameters) == ("AgreeForCausalLM", 1000)
+
+
+def test_the_markdown_terminal_and_json_carry_the_audit() -> None:
+    report = Report({"backend": "aot_eager"}, CHECKS)
+    page = markdown(report)
+    assert "## transformers' `_can_compile_fullgraph` flag audit" in page
+    assert ("| overclaims | OverclaimsForCausalLM | 1,000 | True | ⛔ break | ⛔ break | "
+            "flag True, forward does not compile |") in page
+    assert "**2 disagreements** between the flag and the measured verdicts:" in page
+    assert ("- conservative (ConservativeForCausalLM): flag False, compiles anyway: every decode check is one "
+            "graph") in page
+    lines = terminal_lines(report)
+    assert "_can_compile_fullgraph disagrees with the verdicts for 2 model(s):" in lines
+    data = json.loads(json.dumps(report.to_dict()))
+    assert [m["model"] for m in data["models"] if m["disagreement"]] == ["conservative", "overclaims"]
+    reread = Report.from_dict(data, "memory")  # the derived section is recomputed, never read back
+    assert reread.to_dict() == data
+
+
+def test_reports_without_flags_have_no_audit_section() -> None:
+    old = [CheckResult("llama", "greedy", "forward", "aot_eager", 4, "pass")]
+    assert "flag audit" not in markdown(Report({}, old))

@@ -1,0 +1,40 @@
+"""``python -m pytest_fullgraph models``: the table of registered models, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pytest_fullgraph", "models", *args], capture_output=True,
+                          text=True, timeout=300, check=False)
+
+
+def test_json_rows_say_class_size_flag_tags_and_status() -> None:
+    completed = run("llama,mamba,musicgen", "--json")
+    assert completed.returncode == 0, completed.stderr
+    rows = {row["name"]: row for row in json.loads(completed.stdout)}
+    assert rows["llama"]["status"] == "ok" and rows["llama"]["class"] == "LlamaForCausalLM"
+    assert 0 < rows["llama"]["parameters"] < 2_000_000 and rows["llama"]["can_compile_fullgraph"] is True
+    assert rows["mamba"]["tags"] == ["popular", "ssm"]
+    assert rows["musicgen"]["status"].startswith("skipped: the causal-LM class (MusicgenForCausalLM) needs")
+    assert rows["musicgen"]["parameters"] is None  # a model with a known reason is never built
+
+
+def test_the_table_and_its_summary_line() -> None:
+    completed = run("tag:mla", "--exclude", "deepseek*", "--no-build")
+    assert completed.returncode == 0, completed.stderr
+    lines = completed.stdout.splitlines()
+    assert lines[0].split() == ["model", "class", "parameters", "flag", "tags", "status"]
+    assert not any(line.startswith("deepseek") for line in lines)
+    assert any(line.startswith("minicpm3 ") and "mla" in line for line in lines)
+    assert lines[-1].endswith("models (not built)")
+
+
+def test_a_bad_selection_is_a_one_line_error() -> None:
+    completed = run("lama")
+    assert completed.returncode == 2
+    assert completed.stderr.startswith("pytest_fullgraph: error: unknown model name(s): lama (did you mean llama")
+    assert len(completed.stderr.strip().splitlines()) == 1
