@@ -38,3 +38,10 @@ def test_a_bad_selection_is_a_one_line_error() -> None:
     assert completed.returncode == 2
     assert completed.stderr.startswith("pytest_fullgraph: error: unknown model name(s): lama (did you mean llama")
     assert len(completed.stderr.strip().splitlines()) == 1
+
+
+def test_a_model_that_prints_does_not_corrupt_the_json() -> None:
+    completed = run("reformer", "--json")  # transformers' reformer prints a warning on stdout at every step
+    assert completed.returncode == 0, completed.stderr
+    assert json.loads(completed.stdout)[0]["status"] == "ok"
+    assert "not a recognized input" in completed.stderr

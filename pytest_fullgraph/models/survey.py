@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import time
 from typing import Any
 
@@ -37,7 +39,9 @@ def survey(registry: Registry, name: str, *, build: bool = True) -> dict[str, An
                 row["status"] = f"error: {type(error).__name__}: {first_line(error)}"
         return row
     try:
-        _build_and_generate(spec.build, row)
+        # models that print (reformer warns on stdout at every step) must not corrupt the table or its JSON
+        with contextlib.redirect_stdout(sys.stderr):
+            _build_and_generate(spec.build, row)
     except Exception as error:
         row["status"] = f"error: {type(error).__name__}: {first_line(error)}"
     return row
