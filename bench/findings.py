@@ -1,0 +1,54 @@
+"""Summarise a fullgraph report for the README's findings and bench/RESULTS.md.
+
+    python bench/findings.py out/fullgraph-report.json [--sites 10]
+
+Prints, in Markdown: outcomes per level (counts), the break sites shared by the most models, the flag
+disagreements, the slowest checks and the total check time.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+
+from pytest_fullgraph.report import load
+from pytest_fullgraph.report.audit import disagreements, model_summaries
+from pytest_fullgraph.report.render import grouped_sites
+from pytest_fullgraph.results import OUTCOMES
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("report")
+    parser.add_argument("--sites", type=int, default=10)
+    args = parser.parse_args()
+    report = load(args.report)
+    checks = report.sorted_checks()
+    present = {result.level for result in checks}
+    levels = [level for level in report.environment.get("levels") or {} if level in present]
+    levels += sorted(present - set(levels))
+    print(f"{len(checks)} checks of {len({result.model for result in checks})} models "
+          f"(backend {report.environment.get('backend')}, {report.environment.get('max_new_tokens')} new tokens)\n")
+    print("| level | " + " | ".join(OUTCOMES) + " |")
+    print("|---|" + "---|" * len(OUTCOMES))
+    for level in levels:
+        counts = Counter(result.outcome for result in checks if result.level == level)
+        print(f"| {level} | " + " | ".join(str(counts[name]) for name in OUTCOMES) + " |")
+    print("\nBreak sites shared by the most models:\n")
+    sites = sorted(grouped_sites(checks), key=lambda site: (-len(site["models"]), site["where"]))
+    for site in sites[: args.sites]:
+        print(f"- `{site['where']}` {site['gb_id'] or '-'} {site['gb_type']} [{site['origin']}]: "
+              f"{len(site['models'])} models")
+    disagreeing = disagreements(model_summaries(checks))
+    print(f"\n{len(disagreeing)} flag disagreements:\n")
+    for summary in disagreeing:
+        print(f"- {summary.model} ({summary.model_class}): {summary.disagreement}: {summary.evidence[:160]}")
+    timed = sorted(checks, key=lambda result: -sum(result.timings.values()))
+    total = sum(sum(result.timings.values()) for result in checks)
+    print(f"\nCheck time, summed over checks: {total / 60:.1f} min; slowest:\n")
+    for result in timed[:5]:
+        print(f"- {result.check_id}: {sum(result.timings.values()):.1f} s ({result.outcome})")
+
+
+if __name__ == "__main__":
+    main()
