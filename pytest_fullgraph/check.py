@@ -263,6 +263,9 @@ def _explained_difference(model: PreTrainedModel, inputs: dict[str, Any], config
     mismatch.eager_logit_gap = eager_logit_gap(model, inputs, config, seed, mismatch)
     if not config.do_sample:
         mismatch.precision = precision_verdict(model, inputs, eager, mismatch)
+    elif model_dtype(model) != "float32":
+        mismatch.precision_note = ("rounding is judged at greedy steps only: a sampled token depends on the whole "
+                                   "distribution, not on which of two logits is ahead")
     return mismatch
 
 

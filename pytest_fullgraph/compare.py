@@ -3,6 +3,7 @@ whether ``generate``'s own static-cache path is to blame."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from typing import TYPE_CHECKING, Any
 
@@ -76,7 +77,8 @@ def precision_verdict(model: PreTrainedModel, inputs: dict[str, Any], reference:
     their float64 gap is no larger than one rounding step of the dtype there, nor than twice the largest
     distance between the dtype's logits and float64 at this step (the rounding that piled up through the
     layers; two runs that round differently can each be that far off, in opposite directions). None when it
-    cannot be judged (a shape difference, a model that does not run in float64).
+    cannot be judged (a shape difference, a model that does not run in float64); ``mismatch.precision_note``
+    then says why.
 
     Measured (bench/precision.py, llama hidden 512, float16, inductor without vectorisation): a flip at a
     float64 gap of 1.3 float16 steps, where the two tokens' own float16 errors were 0.0004 but the step's
@@ -87,6 +89,7 @@ def precision_verdict(model: PreTrainedModel, inputs: dict[str, Any], reference:
     import torch
 
     if mismatch.eager_token is None or mismatch.compiled_token is None:
+        mismatch.precision_note = "rounding is not judged where the shapes differ"
         return None
     dtype = model_dtype(model)
     row, position = mismatch.row, mismatch.position
@@ -99,9 +102,15 @@ def precision_verdict(model: PreTrainedModel, inputs: dict[str, Any], reference:
         with torch.no_grad():
             in_dtype = next_token_logits(model, prefix, mask)[0].double()
             reference_model: Any = copy.deepcopy(model)
+            if hasattr(reference_model, "set_experts_implementation"):
+                # grouped_mm, the default for mixture-of-experts layers, has no float64 kernel
+                with contextlib.suppress(Exception):  # a model without experts refuses the setting
+                    reference_model.set_experts_implementation("eager")
             reference_model = reference_model.to(torch.float64)
             exact = next_token_logits(reference_model, prefix, mask)[0].double()
-    except Exception:  # best effort: the mismatch stands without a class
+    except Exception as error:  # best effort: the mismatch stands without a class, and says why
+        mismatch.precision_note = (f"rounding is not judged: the float64 reference failed "
+                                   f"({type(error).__name__}: {first_line(error)})")
         return None
     gap = float(exact[tokens[0]] - exact[tokens[1]])
     step = rounding_step(dtype, float(exact[tokens].abs().max()))

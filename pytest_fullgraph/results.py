@@ -159,6 +159,8 @@ class Mismatch:
     compiled_shape: list[int] = field(default_factory=list)
     #: rounding flip or divergence, when the tokens (not only the shapes) differ and float64 could judge it
     precision: PrecisionVerdict | None = None
+    #: why ``precision`` is None where a verdict was sought (a sampled step, a failed float64 reference)
+    precision_note: str = ""
 
     @property
     def kind(self) -> str | None:
@@ -173,6 +175,8 @@ class Mismatch:
             text += f"; shapes eager {tuple(self.eager_shape)} vs {other} {tuple(self.compiled_shape)}"
         if self.precision is not None:
             text += f"; {self.precision.describe()}"
+        elif self.precision_note:
+            text += f"; {self.precision_note}"
         return text
 
     @classmethod

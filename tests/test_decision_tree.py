@@ -143,7 +143,8 @@ def test_compiled_difference_is_a_mismatch_with_the_eager_logit_gap() -> None:
     assert (result.mismatch.position, result.mismatch.eager_token, result.mismatch.compiled_token) == (10, 12, 99)
     assert result.mismatch.eager_logit_gap == pytest.approx(0.25)
     assert result.message == ("compiled tokens differ from eager at row 0, position 10 (new token 2): eager 12, "
-                              "compiled 99; eager top-1/top-2 logit gap there 0.25")
+                              "compiled 99; eager top-1/top-2 logit gap there 0.25; rounding is not judged: the "
+                              "float64 reference failed (TypeError: 'ScriptedModel' object is not callable)")
 
 
 def test_graph_break_under_fullgraph_is_a_break_with_every_diagnosed_break() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -106,3 +106,50 @@ def test_a_conftest_models_globals_resolve_when_the_suite_compiles_it(toy_projec
     result.assert_outcomes(failed=1)
     check = by_id(read_report(tmp_path))["toy_tie-greedy-decode-float32"]
     assert check["outcome"] == "mismatch" and check["mismatch"]["precision"]["kind"] == "rounding"
+
+
+def test_a_mixture_of_experts_model_gets_a_float64_verdict() -> None:
+    """grouped_mm, the experts' default kernel, has no float64: the reference switches to the eager experts
+    (without it, every bfloat16 mismatch of qwen2_moe, mixtral and qwen3_moe went unjudged)."""
+    import torch
+
+    from pytest_fullgraph.compare import precision_verdict
+    from pytest_fullgraph.models import build_tiny
+    from pytest_fullgraph.results import Mismatch
+
+    model: Any = cast(Any, build_tiny("qwen2_moe")).to(torch.bfloat16)
+    prompt = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]])
+    reference = torch.cat([prompt, torch.tensor([[20, 21], [22, 23]])], dim=1)
+    mismatch = Mismatch(row=1, position=5, step=1, eager_token=23, compiled_token=40)
+    inputs = {"input_ids": prompt, "attention_mask": torch.ones_like(prompt)}
+    verdict = precision_verdict(model, inputs, reference, mismatch)
+    assert verdict is not None and verdict.dtype == "bfloat16", mismatch.precision_note
+    assert next(model.parameters()).dtype == torch.bfloat16  # the model under test is untouched
+
+
+def test_an_unjudged_mismatch_says_why() -> None:
+    from pytest_fullgraph.compare import precision_verdict
+    from pytest_fullgraph.results import Mismatch
+
+    class NoFloat64:
+        dtype = None
+
+        def parameters(self) -> Any:
+            import torch
+
+            return iter([torch.zeros(1, dtype=torch.bfloat16)])
+
+        def __call__(self, **kwargs: Any) -> Any:
+            raise RuntimeError("no float64 kernel here")
+
+        def to(self, dtype: Any) -> Any:
+            return self
+
+    import torch
+
+    mismatch = Mismatch(row=0, position=3, step=0, eager_token=5, compiled_token=6)
+    inputs = {"input_ids": torch.tensor([[3, 4, 5]]), "attention_mask": torch.ones(1, 3, dtype=torch.long)}
+    assert precision_verdict(cast(Any, NoFloat64()), inputs, torch.tensor([[3, 4, 5, 6]]), mismatch) is None
+    assert mismatch.precision_note == ("rounding is not judged: the float64 reference failed (RuntimeError: no "
+                                       "float64 kernel here)")
+    assert mismatch.describe().endswith(mismatch.precision_note)
