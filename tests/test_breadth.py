@@ -58,9 +58,9 @@ def test_records_only_name_real_types_once() -> None:
 
 def test_a_build_too_large_for_a_tiny_model_is_refused_before_allocating(monkeypatch: pytest.MonkeyPatch) -> None:
     """A sub-config the shrink does not reach (llama4 was 108B parameters) must be an error, not an OOM kill."""
-    from pytest_fullgraph import models
+    from pytest_fullgraph.models import build
 
-    monkeypatch.setattr(models, "MAX_TINY_PARAMETERS", 1000)
+    monkeypatch.setattr(build, "MAX_TINY_PARAMETERS", 1000)
     with pytest.raises(TooLargeToBuild, match=r"the tiny llama would have 22,688 parameters, over the 1,000"):
         build_tiny("llama")
 

@@ -65,7 +65,7 @@ def test_the_builtin_default_selection_imports_nothing_heavy(monkeypatch: pytest
     def refuse() -> tuple[str, ...]:
         raise AssertionError("the default selection loaded every installed model type")
 
-    monkeypatch.setattr(models, "installed_model_types", refuse)
+    monkeypatch.setattr(models.build, "installed_model_types", refuse)
     assert models.builtin_registry().select("llama,gemma") == ("gemma", "llama")
 
 
