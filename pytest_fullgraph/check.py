@@ -161,6 +161,7 @@ def run_check(
     result = CheckResult(model_name, scenario.name, level.name, backend, max_new_tokens, outcome=ERROR)
     if isinstance(model, BaseException):
         result.message = f"model {model_name!r} failed to build: {type(model).__name__}: {first_line(model)}"
+        result.stage = "build"
         return result
     result.device, result.dtype = model_device(model), model_dtype(model)
     inputs = make_inputs(model, scenario)
@@ -199,6 +200,8 @@ def run_check(
             result.message += f" (the pass recording every break was stopped by the {timeout:g} s timeout)"
         else:
             result.outcome, result.message = ERROR, f"timeout after {timeout:g} s, during {stage}"
+    finally:
+        result.stage = stage
     return result
 
 

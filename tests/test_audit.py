@@ -10,9 +10,10 @@ from pytest_fullgraph.results import CheckResult
 
 
 def result(model: str, level: str, outcome: str, flag: bool | None, scenario: str = "greedy",
-           message: str = "") -> CheckResult:
+           message: str = "", stage: str = "compiled generation") -> CheckResult:
     return CheckResult(model, scenario, level, "aot_eager", 4, outcome, message or outcome,
-                       model_class=f"{model.title()}ForCausalLM", parameters=1000, can_compile_fullgraph=flag)
+                       model_class=f"{model.title()}ForCausalLM", parameters=1000, can_compile_fullgraph=flag,
+                       stage=stage)
 
 
 CHECKS = [
@@ -29,6 +30,10 @@ CHECKS = [
     result("honest", "forward", "error", False), result("honest", "decode", "break", False),
     # a decode mismatch is not "compiles anyway"; a skip alone says nothing
     result("drifts", "decode", "mismatch", False), result("skipped", "decode", "skip", False),
+    # flag True but transformers never compiles it (llama4): a disagreement; an eager failure says nothing
+    result("never_compiled", "forward", "error", True, message="nothing was compiled: transformers ran ..."),
+    result("broken_eagerly", "forward", "error", True, message="eager generation failed at cache_utils.py:487",
+           stage="eager generation"),
 ]
 
 
@@ -39,8 +44,9 @@ def test_each_model_gets_its_worst_outcome_per_level_and_the_flag_disagreements_
     assert summaries["overclaims"].evidence == (
         "overclaims-sample-forward-float32 break: Data-dependent branching at x.py:3")
     assert summaries["conservative"].disagreement == COMPILES_ANYWAY
-    assert [s.model for s in disagreements(list(summaries.values()))] == ["conservative", "overclaims"]
-    for agreeing in ("agree", "honest", "drifts", "skipped"):
+    assert [s.model for s in disagreements(list(summaries.values()))] == ["conservative", "never_compiled",
+                                                                         "overclaims"]
+    for agreeing in ("agree", "honest", "drifts", "skipped", "broken_eagerly"):
         assert summaries[agreeing].disagreement == "", agreeing
     assert summaries["skipped"].verdicts == {"decode": "skip"}
     assert (summaries["agree"].model_class, summaries["agree"].parameters) == ("AgreeForCausalLM", 1000)
@@ -52,13 +58,14 @@ def test_the_markdown_terminal_and_json_carry_the_audit() -> None:
     assert "## transformers' `_can_compile_fullgraph` flag audit" in page
     assert ("| overclaims | OverclaimsForCausalLM | 1,000 | True | ⛔ break | ⛔ break | "
             "flag True, forward does not compile |") in page
-    assert "**2 disagreements** between the flag and the measured verdicts:" in page
+    assert "**3 disagreements** between the flag and the measured verdicts:" in page
     assert ("- conservative (ConservativeForCausalLM): flag False, compiles anyway: every decode check is one "
             "graph") in page
     lines = terminal_lines(report)
-    assert "_can_compile_fullgraph disagrees with the verdicts for 2 model(s):" in lines
+    assert "_can_compile_fullgraph disagrees with the verdicts for 3 model(s):" in lines
     data = json.loads(json.dumps(report.to_dict()))
-    assert [m["model"] for m in data["models"] if m["disagreement"]] == ["conservative", "overclaims"]
+    assert [m["model"] for m in data["models"] if m["disagreement"]] == ["conservative", "never_compiled",
+                                                                        "overclaims"]
     reread = Report.from_dict(data, "memory")  # the derived section is recomputed, never read back
     assert reread.to_dict() == data
 

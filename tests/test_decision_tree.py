@@ -200,18 +200,20 @@ def test_own_loop_that_agrees_goes_on_to_the_compiled_run() -> None:
     assert check(ScriptedModel(), level).outcome == "pass" and level.compiled_runs == 1
 
 
-@pytest.mark.parametrize(("model", "start"), [
-    (RuntimeError("no weights"), "model 'scripted' failed to build: RuntimeError: no weights"),
-    (ScriptedModel(crash=ValueError("bad config")), "eager generation failed"),
+@pytest.mark.parametrize(("model", "start", "stage"), [
+    (RuntimeError("no weights"), "model 'scripted' failed to build: RuntimeError: no weights", "build"),
+    (ScriptedModel(crash=ValueError("bad config")), "eager generation failed", "eager generation"),
 ])
-def test_failures_outside_the_compiler_are_errors_naming_the_stage(model: Any, start: str) -> None:
+def test_failures_outside_the_compiler_are_errors_naming_the_stage(model: Any, start: str, stage: str) -> None:
     result = check(model, FakeLevel())
     assert result.outcome == "error" and result.message.startswith(start)
+    assert result.stage == stage  # the flag audit reads it: an eager failure says nothing of a compile
 
 
 def test_compiled_run_crashing_outside_torch_is_an_error_of_the_compiled_stage() -> None:
     result = check(ScriptedModel(), FakeLevel(raises=KeyError("lost")))
     assert result.outcome == "error" and result.message.startswith("compiled generation failed")
+    assert result.stage == "compiled generation"
 
 
 def test_a_level_object_is_judged_without_the_check_knowing_its_name() -> None:

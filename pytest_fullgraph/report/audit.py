@@ -28,7 +28,8 @@ class ModelSummary:
     can_compile_fullgraph: bool | None = None
     #: level → the level's worst outcome over the model's scenarios and dtypes (skips count only when alone)
     verdicts: dict[str, str] = field(default_factory=dict)
-    #: ``FLAG_BUT_BREAKS``, ``COMPILES_ANYWAY`` or "" (agrees, or not enough was measured to tell)
+    #: ``FLAG_BUT_BREAKS``, ``COMPILES_ANYWAY`` or "" (agrees, or not enough was measured to tell: a model that
+    #: fails eagerly says nothing of its flag)
     disagreement: str = ""
     #: why, in one line: the first failing check's headline, or the passing levels
     evidence: str = ""
@@ -58,17 +59,28 @@ def model_summaries(checks: list[CheckResult]) -> list[ModelSummary]:
         worst_by_level = {level: _worst([r for r in results if r.level == level]) for level in
                           dict.fromkeys(r.level for r in results)}
         summary.verdicts = {level: worst.outcome for level, worst in worst_by_level.items() if worst is not None}
-        _audit(summary, worst_by_level)
+        _audit(summary, results)
         summaries.append(summary)
     return summaries
 
 
-def _audit(summary: ModelSummary, worst_by_level: dict[str, CheckResult | None]) -> None:
-    forward, decode = worst_by_level.get("forward"), worst_by_level.get("decode")
-    if summary.can_compile_fullgraph is True and forward is not None and forward.outcome in (BREAK, ERROR):
+#: The stage of a check that compiles; an error before it (eager generation, the build) says nothing of the flag.
+COMPILED_STAGE = "compiled generation"
+
+
+def _compile_failed(result: CheckResult) -> bool:
+    """A break, or an error of the compiled stage (a compiler crash, "nothing was compiled")."""
+    return result.outcome == BREAK or (result.outcome == ERROR and result.stage == COMPILED_STAGE)
+
+
+def _audit(summary: ModelSummary, results: list[CheckResult]) -> None:
+    forward = [result for result in results if result.level == "forward"]
+    decode = [result for result in results if result.level == "decode" and result.outcome != SKIP]
+    failed = next((result for result in sorted(forward, key=lambda r: r.key) if _compile_failed(result)), None)
+    if summary.can_compile_fullgraph is True and failed is not None:
         summary.disagreement = FLAG_BUT_BREAKS
-        summary.evidence = f"{forward.check_id} {forward.outcome}: {forward.headline()}"
-    elif summary.can_compile_fullgraph is False and decode is not None and decode.outcome == PASS:
+        summary.evidence = f"{failed.check_id} {failed.outcome}: {failed.headline()}"
+    elif summary.can_compile_fullgraph is False and decode and all(result.outcome == PASS for result in decode):
         summary.disagreement = COMPILES_ANYWAY
         summary.evidence = "every decode check is one graph with eager's tokens"
 
