@@ -37,8 +37,9 @@ def main() -> None:
     print("\nBreak sites shared by the most models:\n")
     sites = sorted(grouped_sites(checks), key=lambda site: (-len(site["models"]), site["where"]))
     for site in sites[: args.sites]:
-        print(f"- `{site['where']}` {site['gb_id'] or '-'} {site['gb_type']} [{site['origin']}]: "
-              f"{len(site['models'])} models")
+        cause = "" if site["root_cause"] else " (raised because of a nested break, not a root cause)"
+        print(f"- `{site['where']}` {site['gb_id'] or '-'} {site['gb_type']} [{site['origin']}]{cause}: "
+              f"{len(site['models'])} models: {', '.join(site['models'][:12])}")
     disagreeing = disagreements(model_summaries(checks))
     print(f"\n{len(disagreeing)} flag disagreements:\n")
     for summary in disagreeing:
