@@ -18,7 +18,13 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from pytest_fullgraph import breaks
-from pytest_fullgraph.compare import eager_logit_gap, first_difference, precision_verdict, static_cache_verdict
+from pytest_fullgraph.compare import (
+    eager_failure_blame,
+    eager_logit_gap,
+    first_difference,
+    precision_verdict,
+    static_cache_verdict,
+)
 from pytest_fullgraph.generation import generate, seeded
 from pytest_fullgraph.results import (
     BREAK,
@@ -167,12 +173,15 @@ def run_check(
     inputs = make_inputs(model, scenario)
     prompt_width = int(inputs["input_ids"].shape[1])
     stage = "eager generation"
+    base: GenerationConfig | None = None
+    config: GenerationConfig | None = None
     try:
         with time_limit(timeout), torch.no_grad(), reproducible_compute(backend, result.dtype):
             try:
                 eos = _scenario_eos(model, inputs, scenario, max_new_tokens)
                 result.eos_token_id = eos
-                config = level.reference_config(generation_config(scenario, max_new_tokens, eos))
+                base = generation_config(scenario, max_new_tokens, eos)
+                config = level.reference_config(base)
                 with model_generation_defaults(model, eos):
                     started = time.perf_counter()
                     eager = generate(model, inputs, config, scenario.seed)
@@ -192,6 +201,11 @@ def run_check(
                     result.outcome, result.message = SKIP, f"{result.dtype} cannot run here{detail}"
                 else:
                     result.outcome, result.message = ERROR, f"{stage} failed{detail}"
+                    if (stage.startswith("eager generation") and base is not None and config is not None
+                            and not _unsupported(error)):
+                        with model_generation_defaults(model, result.eos_token_id):
+                            result.message += eager_failure_blame(model, inputs, base, config, scenario.seed,
+                                                                  by_own_loop=stage != "eager generation")
                 if stage == "compiled generation":
                     result.first_break = located
     except CheckTimeout:
@@ -203,6 +217,13 @@ def run_check(
     finally:
         result.stage = stage
     return result
+
+
+def _unsupported(error: Exception) -> bool:
+    """Our loop refusing a model (``UnsupportedGeneration``) is its own diagnosis; no blame to add."""
+    from pytest_fullgraph.decode import UnsupportedGeneration
+
+    return isinstance(error, UnsupportedGeneration)
 
 
 def _resolve(scenario: Scenario | str, level: Level | str) -> tuple[Scenario, Level]:

@@ -145,3 +145,28 @@ def static_cache_verdict(model: PreTrainedModel, inputs: dict[str, Any], config:
         return (f"{found}, by a rounding flip ({precision.describe()}): in {precision.dtype} the two caches round "
                 "differently, which shows neither the model's static-cache path nor the loop wrong")
     return f"{found}: the model's static-cache path is wrong, not the loop"
+
+
+def eager_failure_blame(model: PreTrainedModel, inputs: dict[str, Any], base: GenerationConfig,
+                        config: GenerationConfig, seed: int, *, by_own_loop: bool) -> str:
+    """Whose fault an eager failure is, where the static cache (which the compiled paths need) may be the cause.
+
+    Measured over every model type: cpmant's and dory's static caches are written one slot past their end, in
+    ``model.generate`` as in our loop; without this the message named only ``cache_utils.py``. ``base`` is the
+    scenario's config, ``config`` the level's reference config built on it; "" when nothing can be added.
+    """
+    if by_own_loop:
+        try:
+            generate(model, inputs, static_cache_config(base), seed)
+        except Exception as error:
+            return (f"; model.generate with a static cache fails too ({type(error).__name__}: {first_line(error)}): "
+                    "the model's static-cache path, not the loop")
+        return "; model.generate with a static cache works, so the loop is at fault"
+    if getattr(config, "cache_implementation", None) != "static":
+        return ""
+    try:
+        generate(model, inputs, base, seed)
+    except Exception:  # it fails with the default cache too: nothing about the static cache to say
+        return ""
+    return ("; model.generate with the default cache works: the model's static-cache path fails (a bug of the model "
+            "or transformers, not of the compiler)")

@@ -335,3 +335,39 @@ def test_a_timeout_waits_for_an_import_in_progress(tmp_path: Any, monkeypatch: p
     monkeypatch.syspath_prepend(str(tmp_path))
     assert importlib.import_module("planted_import").SEEN is True
     assert check_module._importing(sys._getframe()) is False
+
+
+class StaticReference(FakeLevel):
+    """A level whose eager reference runs transformers' static cache, as the forward level's does."""
+
+    def reference_config(self, config: Any) -> Any:
+        from pytest_fullgraph.generation import static_cache_config
+
+        return static_cache_config(config)
+
+
+class LoopCrashes(FakeLevel):
+    def __init__(self) -> None:
+        super().__init__(own_loop=EAGER)
+
+    def run_own_loop_eagerly(self, model: Any, inputs: dict[str, Any], config: Any) -> torch.Tensor | None:
+        raise IndexError("index_copy_(): index 11 is out of bounds for dimension 2 with size 11")
+
+
+def test_an_eager_failure_of_the_static_cache_alone_blames_the_models_static_cache_path() -> None:
+    model = ScriptedModel(static=IndexError("index 11 is out of bounds"))
+    result = check(model, StaticReference())
+    assert (result.outcome, result.stage) == ("error", "eager generation")
+    assert result.message.endswith("; model.generate with the default cache works: the model's static-cache path "
+                                   "fails (a bug of the model or transformers, not of the compiler)")
+    assert "static-cache path" not in check(ScriptedModel(crash=ValueError("bad")), StaticReference()).message
+
+
+@pytest.mark.parametrize(("static", "ending"), [
+    (IndexError("index 11 is out of bounds"), "the model's static-cache path, not the loop"),
+    (None, "; model.generate with a static cache works, so the loop is at fault"),
+])
+def test_our_loop_failing_eagerly_is_blamed_on_whichever_fails_alone(static: Exception | None, ending: str) -> None:
+    result = check(ScriptedModel(static=static), LoopCrashes())
+    assert result.stage == "eager generation by scripted_loop"
+    assert result.message.startswith("eager generation by scripted_loop failed") and result.message.endswith(ending)
