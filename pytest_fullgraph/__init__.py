@@ -10,6 +10,7 @@ result types), ``report`` (schema, merge, gate, renderings), ``session`` / ``plu
 
 from __future__ import annotations
 
+from pytest_fullgraph.artifacts import ArtifactError, load_generate, save_generate
 from pytest_fullgraph.check import run_check
 from pytest_fullgraph.levels import Level
 from pytest_fullgraph.models import ModelSpec, Registry, build_tiny, register_model, tiny_config
@@ -17,14 +18,17 @@ from pytest_fullgraph.results import OUTCOMES, CheckResult, Mismatch
 
 __all__ = [
     "OUTCOMES",
+    "ArtifactError",
     "CheckResult",
     "Level",
     "Mismatch",
     "ModelSpec",
     "Registry",
     "build_tiny",
+    "load_generate",
     "register_model",
     "run_check",
+    "save_generate",
     "tiny_config",
 ]
 __version__ = "0.1.0"

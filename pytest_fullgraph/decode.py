@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -320,7 +321,7 @@ def _planned(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: to
     return attention_mask, prepare(model, input_ids, attention_mask, generation_config)
 
 
-def _trimmed(sequences: torch.Tensor, input_ids: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+def trimmed(sequences: torch.Tensor, input_ids: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
     """The one host synchronisation, after the graph: generate's output stops where the last row finished."""
     return sequences[:, : int(input_ids.shape[1]) + int(steps)]
 
@@ -351,7 +352,21 @@ def fullgraph_generate(
     run = compiler(LOOPS[loop]) if compiler is not None else LOOPS[loop]
     with torch.no_grad():
         sequences, steps = run(model, plan, input_ids, attention_mask, cache)
-    return _trimmed(sequences, input_ids, steps)
+    return trimmed(sequences, input_ids, steps)
+
+
+def _json_settings(config: GenerationConfig) -> dict[str, Any]:
+    """The generation settings that differ from the defaults, as JSON (the resolved special-token tensors
+    ``generate`` adds are left out: their ids are in the settings already)."""
+    settings = {}
+    for key, value in config.to_diff_dict().items():
+        if key.startswith("_"):
+            continue
+        try:
+            settings[key] = json.loads(json.dumps(value))
+        except TypeError:
+            continue
+    return settings
 
 
 def export_generate(
@@ -374,9 +389,16 @@ def export_generate(
 
     def run(run_input_ids: torch.Tensor, run_attention_mask: torch.Tensor) -> torch.Tensor:
         sequences, steps = module(run_input_ids, run_attention_mask)
-        return _trimmed(sequences, run_input_ids, steps)
+        return trimmed(sequences, run_input_ids, steps)
 
     run.exported_program = program  # type: ignore[attr-defined]
+    # what pytest_fullgraph.artifacts saves beside the program: the settings baked in, the shapes it takes
+    run.artifact_metadata = {  # type: ignore[attr-defined]
+        "loop": "unrolled", "max_new_tokens": plan.max_new_tokens, "cache_len": cache_length(input_ids, plan),
+        "generation_config": _json_settings(plan.config),
+        "inputs": {name: {"shape": list(tensor.shape), "dtype": str(tensor.dtype)}
+                   for name, tensor in (("input_ids", input_ids), ("attention_mask", attention_mask))},
+    }
     return run
 
 

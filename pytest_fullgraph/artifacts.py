@@ -1,0 +1,186 @@
+"""A whole generation, exported as one program, saved as an artifact a user can ship, and loaded back.
+
+The runtimes are a table (``RUNTIMES``): each has a writer, a loader, a file suffix and the loop forms it
+accepts, so a new one (ExecuTorch's .pte) is a row, not a branch. Beside every artifact goes a metadata file
+(``<artifact>.json``): the model, the generation settings baked into the program, the input shapes it was
+exported for, and the torch / transformers / pytest_fullgraph versions. ``load_generate`` checks all of it before
+it runs anything: an AOTInductor package does not check its inputs itself (fed another shape it returned wrong
+tokens, measured), and a program from another torch may not load or may load and differ.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+    from torch.export import ExportedProgram
+
+METADATA_SCHEMA = "pytest_fullgraph/generation-artifact"
+METADATA_VERSION = 1
+METADATA_SUFFIX = ".json"
+
+#: What an artifact's loader returns: the program's own outputs, ``(sequences, steps)``.
+RawProgram = Callable[["torch.Tensor", "torch.Tensor"], tuple["torch.Tensor", "torch.Tensor"]]
+
+
+class ArtifactError(Exception):
+    """An artifact that cannot be used: missing, corrupted, of another version, or called with other shapes.
+
+    The message names the file and what is wrong, in one line.
+    """
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """One way to ship an exported generation: how it is written, loaded, and which loop forms it takes."""
+
+    name: str
+    suffix: str
+    loop_forms: tuple[str, ...]
+    description: str
+    write: Callable[[ExportedProgram, Path], None]
+    load: Callable[[Path], RawProgram]
+
+
+def _write_pt2(program: ExportedProgram, path: Path) -> None:
+    import torch
+
+    torch.export.save(program, str(path))
+
+
+def _load_pt2(path: Path) -> RawProgram:
+    import torch
+
+    module = torch.export.load(str(path)).module()
+    return lambda input_ids, attention_mask: module(input_ids, attention_mask)
+
+
+def _write_aoti(program: ExportedProgram, path: Path) -> None:
+    import torch._inductor
+
+    torch._inductor.aoti_compile_and_package(program, package_path=str(path))
+
+
+def _load_aoti(path: Path) -> RawProgram:
+    import torch._inductor
+
+    runner = torch._inductor.aoti_load_package(str(path))
+    return lambda input_ids, attention_mask: tuple(runner(input_ids, attention_mask))
+
+
+#: The runtimes an exported generation can be saved for.
+RUNTIMES: dict[str, Runtime] = {runtime.name: runtime for runtime in (
+    Runtime("pt2", ".pt2", ("unrolled",), "torch.export.save: the ExportedProgram, run by torch.export.load",
+            _write_pt2, _load_pt2),
+    Runtime("aoti", ".aoti.pt2", ("unrolled",),
+            "an AOTInductor package (torch._inductor.aoti_compile_and_package): compiled C++ kernels, run by "
+            "torch._inductor.aoti_load_package", _write_aoti, _load_aoti),
+)}  # fmt: skip
+
+
+def _versions() -> dict[str, str]:
+    import torch
+    import transformers
+
+    from pytest_fullgraph import __version__
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__, "pytest_fullgraph": __version__}
+
+
+def _release(version: str) -> str:
+    """major.minor: a program is refused across releases, not across local builds of one (2.13.0+cpu, 2.13.1)."""
+    return ".".join(version.split("+")[0].split(".")[:2])
+
+
+def save_generate(generate: Any, path: str | Path, *, runtime: str = "pt2", model: str = "") -> Path:
+    """Save what ``export_generate`` returned as an artifact at ``path`` (the suffix is the runtime's), with its
+    metadata beside it; returns the artifact's path. ``model`` names the model in the metadata."""
+    if runtime not in RUNTIMES:
+        raise ArtifactError(f"runtime {runtime!r} is not known; use one of {', '.join(RUNTIMES)}")
+    chosen = RUNTIMES[runtime]
+    metadata = dict(getattr(generate, "artifact_metadata", None) or {})
+    if not metadata or not hasattr(generate, "exported_program"):
+        raise ArtifactError("save_generate takes what export_generate returned (an exported program with its "
+                            "settings), not another callable")
+    if metadata["loop"] not in chosen.loop_forms:
+        raise ArtifactError(f"runtime {runtime!r} takes the loop forms {', '.join(chosen.loop_forms)}, not "
+                            f"{metadata['loop']!r}")
+    path = Path(path)
+    if not path.name.endswith(chosen.suffix):
+        path = path.with_name(path.name + chosen.suffix)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    chosen.write(generate.exported_program, path)
+    metadata.update({"schema": METADATA_SCHEMA, "version": METADATA_VERSION, "runtime": runtime, "model": model,
+                     "versions": _versions()})
+    metadata_path(path).write_text(json.dumps(metadata, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def metadata_path(artifact: Path) -> Path:
+    return artifact.with_name(artifact.name + METADATA_SUFFIX)
+
+
+def read_metadata(artifact: str | Path) -> dict[str, Any]:
+    """The metadata saved beside ``artifact``, validated; ``ArtifactError`` naming what is wrong."""
+    path = metadata_path(Path(artifact))
+    try:
+        data = json.loads(path.read_text())
+    except OSError as error:
+        raise ArtifactError(f"{path}: cannot read the artifact's metadata ({error.strerror or error})") from None
+    except ValueError as error:
+        raise ArtifactError(f"{path}: the artifact's metadata is not valid JSON ({error})") from None
+    if not isinstance(data, dict) or data.get("schema") != METADATA_SCHEMA:
+        raise ArtifactError(f"{path}: not a pytest_fullgraph artifact's metadata")
+    if data.get("version") != METADATA_VERSION or data.get("runtime") not in RUNTIMES:
+        raise ArtifactError(f"{path}: metadata version {data.get('version')!r} / runtime {data.get('runtime')!r} "
+                            f"is not supported (this pytest_fullgraph reads version {METADATA_VERSION}, runtimes "
+                            f"{', '.join(RUNTIMES)})")
+    return data
+
+
+def load_generate(path: str | Path) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """Load an artifact ``save_generate`` wrote: the same callable as ``export_generate`` returns,
+    ``(input_ids, attention_mask) -> tokens``, trimmed like ``generate``.
+
+    Refused with ``ArtifactError`` before anything runs: a missing or corrupted file, metadata of another format,
+    a torch or transformers release other than the one that saved it; and, per call, inputs of other shapes or
+    dtypes than those it was exported for.
+    """
+    artifact = Path(path)
+    metadata = read_metadata(artifact)
+    current = _versions()
+    for package in ("torch", "transformers"):
+        saved = str(metadata.get("versions", {}).get(package, "?"))
+        if _release(saved) != _release(current[package]):
+            raise ArtifactError(f"{artifact}: saved with {package} {saved}, this is {package} {current[package]}; "
+                                "export and save it again with this version")
+    try:
+        program = RUNTIMES[metadata["runtime"]].load(artifact)
+    except Exception as error:  # a truncated zip, a foreign file: the loaders' errors vary, the cause does not
+        raise ArtifactError(f"{artifact}: cannot load the {metadata['runtime']} artifact ({type(error).__name__}: "
+                            f"{str(error).splitlines()[0] if str(error) else ''})") from None
+    return _checked(program, metadata, str(artifact))
+
+
+def _checked(program: RawProgram, metadata: dict[str, Any], source: str
+             ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    from pytest_fullgraph.decode import trimmed
+
+    expected = {name: (tuple(spec["shape"]), spec["dtype"]) for name, spec in metadata["inputs"].items()}
+
+    def run(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        for name, tensor in (("input_ids", input_ids), ("attention_mask", attention_mask)):
+            shape, dtype = expected[name]
+            if tuple(tensor.shape) != shape or str(tensor.dtype) != dtype:
+                raise ArtifactError(f"{source}: {name} is {tuple(tensor.shape)} {tensor.dtype}, but the program "
+                                    f"was exported for {shape} {dtype}")
+        sequences, steps = program(input_ids, attention_mask)
+        return trimmed(sequences, input_ids, steps)
+
+    run.artifact_metadata = metadata  # type: ignore[attr-defined]
+    return run

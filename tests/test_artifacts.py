@@ -1,0 +1,115 @@
+"""A whole generation exported, saved, and loaded in a fresh process: exactly ``model.generate``'s tokens, and
+one-line errors for artifacts that cannot be used."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+import torch
+
+from pytest_fullgraph import ArtifactError, build_tiny, load_generate, save_generate
+from pytest_fullgraph.artifacts import RUNTIMES, metadata_path
+
+LOAD_IN_A_FRESH_PROCESS = """
+import sys, torch
+from pytest_fullgraph import load_generate
+saved = torch.load(sys.argv[2])
+tokens = load_generate(sys.argv[1])(saved["input_ids"], saved["attention_mask"])
+print("equal" if torch.equal(tokens, saved["expected"]) else f"differ: {tokens.tolist()} {saved['expected'].tolist()}")
+"""
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The tiny llama's greedy generation exported once, with generate's tokens and the inputs saved to disk."""
+    from transformers import GenerationConfig
+
+    from pytest_fullgraph.decode import export_generate
+
+    model = build_tiny("llama")
+    input_ids = torch.randint(3, 100, (2, 8), generator=torch.Generator().manual_seed(0))
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[1, :3] = 0  # left padding: the mask is an input of the program, not baked in
+    config = GenerationConfig(max_new_tokens=4, do_sample=False, pad_token_id=0)
+    expected = cast(Any, model).generate(input_ids, attention_mask=attention_mask, generation_config=config)
+    directory = tmp_path_factory.mktemp("artifacts")
+    inputs = directory / "inputs.pt"
+    torch.save({"input_ids": input_ids, "attention_mask": attention_mask, "expected": expected}, inputs)
+    return {"generate": export_generate(model, input_ids, attention_mask, config), "inputs": inputs,
+            "directory": directory, "input_ids": input_ids, "attention_mask": attention_mask}
+
+
+def load_in_a_fresh_process(artifact: Path, inputs: Path) -> str:
+    completed = subprocess.run([sys.executable, "-c", LOAD_IN_A_FRESH_PROCESS, str(artifact), str(inputs)],
+                               capture_output=True, text=True, timeout=300, check=False)
+    assert completed.returncode == 0, completed.stderr
+    return completed.stdout.strip()
+
+
+@pytest.mark.parametrize("runtime", list(RUNTIMES))
+def test_a_saved_generation_gives_generates_tokens_in_a_fresh_process(exported: dict[str, Any], runtime: str) -> None:
+    artifact = save_generate(exported["generate"], exported["directory"] / "llama", runtime=runtime, model="llama")
+    assert artifact.name == "llama" + RUNTIMES[runtime].suffix
+    assert load_in_a_fresh_process(artifact, exported["inputs"]) == "equal"
+
+
+def test_the_metadata_says_what_is_baked_in_and_what_it_takes(exported: dict[str, Any]) -> None:
+    artifact = save_generate(exported["generate"], exported["directory"] / "meta", model="llama")
+    metadata = json.loads(metadata_path(artifact).read_text())
+    assert (metadata["runtime"], metadata["model"], metadata["loop"], metadata["max_new_tokens"]) == (
+        "pt2", "llama", "unrolled", 4)
+    assert metadata["inputs"]["input_ids"] == {"shape": [2, 8], "dtype": "torch.int64"}
+    assert metadata["generation_config"]["do_sample"] is False
+    assert metadata["versions"]["torch"] == torch.__version__
+
+
+def test_other_shapes_are_refused_before_the_program_runs(exported: dict[str, Any]) -> None:
+    artifact = save_generate(exported["generate"], exported["directory"] / "shapes")
+    run = load_generate(artifact)
+    with pytest.raises(ArtifactError, match=r"input_ids is \(3, 8\) torch.int64, but the program was exported "
+                                            r"for \(2, 8\) torch.int64"):
+        run(torch.ones(3, 8, dtype=torch.long), torch.ones(3, 8, dtype=torch.long))
+
+
+def test_a_corrupted_artifact_is_a_one_line_error(exported: dict[str, Any]) -> None:
+    artifact = save_generate(exported["generate"], exported["directory"] / "broken")
+    artifact.write_bytes(artifact.read_bytes()[:200])
+    with pytest.raises(ArtifactError, match=r"broken.pt2: cannot load the pt2 artifact \("):
+        load_generate(artifact)
+
+
+def test_an_artifact_of_another_torch_release_is_refused(exported: dict[str, Any]) -> None:
+    artifact = save_generate(exported["generate"], exported["directory"] / "old")
+    metadata = json.loads(metadata_path(artifact).read_text())
+    metadata["versions"]["torch"] = "2.11.0+cpu"
+    metadata_path(artifact).write_text(json.dumps(metadata))
+    with pytest.raises(ArtifactError, match=rf"old.pt2: saved with torch 2.11.0\+cpu, this is torch "
+                                            rf"{re.escape(torch.__version__)}; export and save it again"):
+        load_generate(artifact)
+
+
+@pytest.mark.parametrize(("metadata", "message"), [
+    (None, "cannot read the artifact's metadata"),
+    ("{not json", "the artifact's metadata is not valid JSON"),
+    ('{"schema": "something else"}', "not a pytest_fullgraph artifact's metadata"),
+])
+def test_missing_or_foreign_metadata_is_refused(tmp_path: Path, metadata: str | None, message: str) -> None:
+    artifact = tmp_path / "x.pt2"
+    artifact.write_bytes(b"")
+    if metadata is not None:
+        metadata_path(artifact).write_text(metadata)
+    with pytest.raises(ArtifactError, match=message):
+        load_generate(artifact)
+
+
+def test_only_what_export_generate_returned_can_be_saved(exported: dict[str, Any], tmp_path: Path) -> None:
+    with pytest.raises(ArtifactError, match="save_generate takes what export_generate returned"):
+        save_generate(lambda ids, mask: ids, tmp_path / "x")
+    with pytest.raises(ArtifactError, match="runtime 'pte' is not known; use one of pt2, aoti"):
+        save_generate(exported["generate"], tmp_path / "x", runtime="pte")
