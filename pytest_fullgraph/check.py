@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -154,12 +155,14 @@ def run_check(
     *,
     diagnose: bool = True,
     timeout: float = 0,
+    artifacts: Path | None = None,
 ) -> CheckResult:
     """Run one check; never raises for a model's or compiler's failure: that becomes the outcome.
 
     ``scenario`` and ``level`` are objects or built-in names. ``diagnose``: when the fullgraph compile fails,
     run the level's diagnostic pass to record every break. ``timeout``: seconds after which the check is stopped
-    and recorded as an ``error`` naming the stage it was in (0: no limit).
+    and recorded as an ``error`` naming the stage it was in (0: no limit). ``artifacts``: a directory where a
+    passing check's level saves what it produced (``Level.save_artifact``: the export level's program).
     """
     import torch
 
@@ -193,6 +196,8 @@ def run_check(
                         return result
                     stage = "compiled generation"
                     _compile_and_compare(result, model, inputs, config, level, scenario.seed, eager, diagnose)
+                    if artifacts is not None and result.outcome == PASS:
+                        _save_artifact(result, level, artifacts)
             except Exception as error:  # isolate: one model's crash is that check's outcome, nothing more
                 located = breaks.record_from_exception(error)
                 where = f" at {located.where()}" if located.file else ""
@@ -217,6 +222,16 @@ def run_check(
     finally:
         result.stage = stage
     return result
+
+
+def _save_artifact(result: CheckResult, level: Level, directory: Path) -> None:
+    """Only a program that gave exactly eager's tokens is saved; a failure to save is noted, the verdict stands."""
+    try:
+        saved = level.save_artifact(directory / result.check_id, result.model)
+    except Exception as error:
+        result.message += f"; saving the artifact failed ({type(error).__name__}: {first_line(error)})"
+        return
+    result.artifact = str(saved) if saved is not None else ""
 
 
 def _unsupported(error: Exception) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from pytest_fullgraph.generation import generate_fn, static_cache_config
@@ -101,6 +102,11 @@ class Level:
         """Run once more so that dynamo reports every break (not just the first) through ``backend.trace``.
         Only checks that failed under fullgraph pay for this."""
 
+    def save_artifact(self, path: Path, model_name: str) -> Path | None:
+        """Save what the last ``run_compiled`` produced as a shippable artifact at ``path`` (``--fullgraph-artifacts``;
+        called only after it gave exactly eager's tokens); None for levels that produce nothing to ship."""
+        return None
+
 
 class _TorchCompileLevel(Level):
     """A level whose compiled and diagnostic runs differ only in ``fullgraph``."""
@@ -185,13 +191,25 @@ class ExportLevel(DecodeLevel):
     description = ("torch.export.export(strict=True) of fullgraph_generate's loop, run as an ExportedProgram")
     graph_rule: GraphRule = GRAPHS_NOT_COUNTED
 
+    #: the program of this process's last ``run_compiled`` (checks run one at a time per process), for
+    #: ``save_artifact``
+    _last_program: Any = None
+
     def run_compiled(self, model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig,
                      backend: CountingBackend) -> torch.Tensor:
         from pytest_fullgraph.decode import export_generate
 
         del backend  # torch.export makes an ExportedProgram; no torch.compile backend is involved
+        self._last_program = None
         program = export_generate(model, inputs["input_ids"], inputs["attention_mask"], config, strict=True)
+        self._last_program = program
         return program(inputs["input_ids"], inputs["attention_mask"])
+
+    def save_artifact(self, path: Path, model_name: str) -> Path | None:
+        from pytest_fullgraph.artifacts import save_generate
+
+        program, self._last_program = self._last_program, None
+        return save_generate(program, path, runtime="pt2", model=model_name) if program is not None else None
 
 
 class Levels:

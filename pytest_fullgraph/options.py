@@ -48,6 +48,8 @@ class Settings:
     dtypes: tuple[str, ...] = ("float32",)
     #: seconds a check may run before it is stopped and recorded as an error; 0: no limit
     timeout: float = DEFAULT_TIMEOUT
+    #: where passing export checks save their programs (``--fullgraph-artifacts``), or None
+    artifacts_dir: Path | None = None
 
     def describe(self) -> dict[str, object]:
         """The settings a report records (JSON builtins)."""
@@ -82,6 +84,9 @@ def add_options(parser: pytest.Parser) -> None:
                          f"(else env {RUN_SLOW_ENV}, else ini: fullgraph_run_slow)")
     group.addoption("--fullgraph-report", dest="fullgraph_report", metavar="DIR", default=None,
                     help="Write fullgraph-report.json and fullgraph-report.md into DIR (ini: fullgraph_report)")
+    group.addoption("--fullgraph-artifacts", dest="fullgraph_artifacts", metavar="DIR", default=None,
+                    help="Save each passing export check's program into DIR as <check id>.pt2 with its metadata, "
+                         "loadable with pytest_fullgraph.load_generate (ini: fullgraph_artifacts)")
     group.addoption("--fullgraph-breaks", dest="fullgraph_breaks", metavar="MODE", default=None,
                     help="'all': a check that breaks runs once more without fullgraph to record every break "
                          "(default); 'first': record only the first break, faster (ini: fullgraph_breaks)")
@@ -100,6 +105,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("fullgraph_max_new_tokens", "Default for --fullgraph-max-new-tokens", default=None)
     parser.addini("fullgraph_breaks", "Default for --fullgraph-breaks", default=None)
     parser.addini("fullgraph_report", "Default for --fullgraph-report", default=None)
+    parser.addini("fullgraph_artifacts", "Default for --fullgraph-artifacts", default=None)
     parser.addini("fullgraph_strict", "Default for --fullgraph-strict", type="bool", default=False)
     parser.addini("fullgraph_run_slow", "Default for --run-slow, below the RUN_SLOW variable",
                   type="bool", default=False)
@@ -207,6 +213,8 @@ def resolve_settings(config: pytest.Config, registry: Registry) -> Settings:
     strict = bool(config.getoption("fullgraph_strict")) or bool(config.getini("fullgraph_strict"))
     report_value, _ = _pick(config, "fullgraph_report")
     report_dir = Path(report_value) if report_value else None
+    artifacts_value, _ = _pick(config, "fullgraph_artifacts")
+    artifacts_dir = Path(artifacts_value).resolve() if artifacts_value else None
     breaks_value, breaks_source = _pick(config, "fullgraph_breaks")
     breaks = "all" if breaks_value is None else parse_choice(breaks_value, breaks_source, BREAK_MODES,
                                                               "a break mode")
@@ -218,4 +226,5 @@ def resolve_settings(config: pytest.Config, registry: Registry) -> Settings:
     timeout = DEFAULT_TIMEOUT if timeout_value is None else parse_seconds(timeout_value, timeout_source)
     return Settings(models=models, backend=backend, max_new_tokens=max_new_tokens, run_slow=run_slow,
                     strict=strict, report_dir=report_dir, breaks=breaks, suite=suite,
-                    models_selected=models_value is not None, dtypes=dtypes, timeout=timeout)
+                    models_selected=models_value is not None, dtypes=dtypes, timeout=timeout,
+                    artifacts_dir=artifacts_dir)

@@ -12,7 +12,8 @@ from typing import Any
 SCHEMA = "pytest_fullgraph/report"
 #: Version 2 added ``run`` (exit status, interrupted), per-check ``device`` and merged-environment fields;
 #: version 3 the ``dtype`` of each check (part of its identity), the ``skip`` outcome and ``mismatch.precision``;
-#: version 4 each check's ``model_class``, ``parameters``, ``can_compile_fullgraph`` and ``stage``, and the derived
+#: version 4 each check's ``model_class``, ``parameters``, ``can_compile_fullgraph``, ``stage`` and ``artifact``,
+#: and the derived
 #: per-model ``models`` section (facts, verdicts by level, flag audit).
 SCHEMA_VERSION = 4
 #: Versions this package reads; older reports load with the newer fields at their defaults (float32).
@@ -219,6 +220,8 @@ class CheckResult:
     #: the last stage the check reached: "build", "eager generation", "eager generation by <the level's loop>"
     #: or "compiled generation"; where an error happened, so a model's eager failure is not read as a compile's
     stage: str = ""
+    #: the saved artifact (``--fullgraph-artifacts``: a passing export check's program), "" when none
+    artifact: str = ""
 
     @property
     def check_id(self) -> str:

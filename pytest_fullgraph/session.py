@@ -109,7 +109,7 @@ class FullgraphSession:
         else:
             result = run_check(model, model_name, SCENARIOS[scenario], self.levels[level], self.settings.backend,
                                self.settings.max_new_tokens, diagnose=self.settings.breaks == "all",
-                               timeout=self.settings.timeout)
+                               timeout=self.settings.timeout, artifacts=self.settings.artifacts_dir)
         if isinstance(model, BaseException):
             result.dtype = dtype  # a model that failed to build has no dtype of its own to report
         result.model_class, result.parameters, result.can_compile_fullgraph = self.facts(model_name, model)

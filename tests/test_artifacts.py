@@ -113,3 +113,22 @@ def test_only_what_export_generate_returned_can_be_saved(exported: dict[str, Any
         save_generate(lambda ids, mask: ids, tmp_path / "x")
     with pytest.raises(ArtifactError, match="runtime 'pte' is not known; use one of pt2, aoti"):
         save_generate(exported["generate"], tmp_path / "x", runtime="pte")
+
+
+def test_the_suite_saves_each_passing_export_checks_program(toy_project: pytest.Pytester, tmp_path: Path) -> None:
+    from tests.conftest import checks_by_id, read_report
+
+    saved = tmp_path / "artifacts"
+    result = toy_project.runpytest("--fullgraph-models=toy,toy_drift", "-k", "greedy-export", "-p", "no:cacheprovider",
+                                   f"--fullgraph-artifacts={saved}", f"--fullgraph-report={tmp_path}")
+    result.assert_outcomes(passed=1, failed=1)
+    checks = checks_by_id(read_report(tmp_path))
+    assert checks["toy-greedy-export"]["artifact"] == str(saved / "toy-greedy-export-float32.pt2")
+    assert checks["toy_drift-greedy-export"]["artifact"] == ""  # a program with other tokens is not shipped
+    assert sorted(path.name for path in saved.iterdir()) == ["toy-greedy-export-float32.pt2",
+                                                             "toy-greedy-export-float32.pt2.json"]
+    metadata = json.loads((saved / "toy-greedy-export-float32.pt2.json").read_text())
+    shape = metadata["inputs"]["input_ids"]["shape"]
+    tokens = load_generate(saved / "toy-greedy-export-float32.pt2")(
+        torch.full(shape, 5, dtype=torch.long), torch.ones(shape, dtype=torch.long))
+    assert tokens.shape[0] == shape[0] and metadata["model"] == "toy"
