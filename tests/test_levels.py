@@ -97,21 +97,19 @@ def test_a_model_with_a_known_reason_is_skipped_with_it_and_never_built(toy_proj
     strict.assert_outcomes(skipped=1)  # strictness is about breaks; a known reason is not a finding
 
 
-STUCK_LEVEL = textwrap.dedent('''\
+#: A level that never finishes unless the prompts are padded; its hook replaces TOY_LEVEL's (same name).
+STUCK_LEVEL = TOY_LEVEL + textwrap.dedent('''
     import time
-    from pytest_fullgraph.levels import GRAPHS_NOT_COUNTED, Level
 
 
-    class StuckLevel(Level):
+    class StuckLevel(ReplayLevel):
         name = "stuck"
-        description = "a compile that never ends on greedy"
-        graph_rule = GRAPHS_NOT_COUNTED
+        description = "a compile that never ends unless the prompts are padded"
 
         def run_compiled(self, model, inputs, config, backend):
-            from pytest_fullgraph.generation import generate_fn
-            if bool(inputs["attention_mask"].all()):  # hangs unless the prompts are padded
+            if bool(inputs["attention_mask"].all()):
                 time.sleep(60)
-            return generate_fn(model)(**inputs, generation_config=config)
+            return super().run_compiled(model, inputs, config, backend)
 
 
     def pytest_fullgraph_register_levels(levels):
