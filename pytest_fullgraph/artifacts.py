@@ -167,18 +167,27 @@ def load_generate(path: str | Path) -> Callable[[torch.Tensor, torch.Tensor], to
     return _checked(program, metadata, str(artifact))
 
 
+def describe_shape(ranges: list[list[int | None]]) -> str:
+    """(2, 8) for a fixed shape; (2.., 2..28) where dimensions range."""
+    parts = [str(low) if low == high else f"{low}..{'' if high is None else high}" for low, high in ranges]
+    return f"({', '.join(parts)})"
+
+
 def _checked(program: RawProgram, metadata: dict[str, Any], source: str
              ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     from pytest_fullgraph.decode import trimmed
 
-    expected = {name: (tuple(spec["shape"]), spec["dtype"]) for name, spec in metadata["inputs"].items()}
+    expected = metadata["inputs"]
 
     def run(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         for name, tensor in (("input_ids", input_ids), ("attention_mask", attention_mask)):
-            shape, dtype = expected[name]
-            if tuple(tensor.shape) != shape or str(tensor.dtype) != dtype:
+            ranges, dtype = expected[name]["shape"], expected[name]["dtype"]
+            fits = len(ranges) == tensor.dim() and all(
+                low <= size and (high is None or size <= high)
+                for size, (low, high) in zip(tensor.shape, ranges, strict=True))
+            if input_ids.shape != attention_mask.shape or not fits or str(tensor.dtype) != dtype:
                 raise ArtifactError(f"{source}: {name} is {tuple(tensor.shape)} {tensor.dtype}, but the program "
-                                    f"was exported for {shape} {dtype}")
+                                    f"takes {describe_shape(ranges)} {dtype} (input_ids and attention_mask alike)")
         sequences, steps = program(input_ids, attention_mask)
         return trimmed(sequences, input_ids, steps)
 

@@ -369,6 +369,11 @@ def _json_settings(config: GenerationConfig) -> dict[str, Any]:
     return settings
 
 
+#: Generation settings whose processors are built for the example's prompt length: a program exported with
+#: dynamic shapes would apply them at the wrong positions for other lengths.
+PROMPT_LENGTH_SETTINGS = ("min_length", "min_new_tokens")
+
+
 def export_generate(
     model: PreTrainedModel,
     input_ids: torch.Tensor,
@@ -376,15 +381,34 @@ def export_generate(
     generation_config: GenerationConfig | None = None,
     *,
     strict: bool = False,
+    dynamic: bool = False,
+    max_prompt_length: int | None = None,
 ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """``torch.export.export`` the whole generation loop for inputs of this shape.
+    """``torch.export.export`` the whole generation loop.
 
     Returns a callable ``(input_ids, attention_mask) -> tokens`` that runs the ``ExportedProgram`` and trims
     like ``generate``. The generation settings are baked into the program; the cache lives inside it.
+    ``dynamic=True`` exports one program for batch sizes from 2 up and prompt lengths up to
+    ``max_prompt_length`` (default: twice the example's), with a cache sized for that longest prompt;
+    otherwise the program takes inputs of this shape only.
     """
     attention_mask, plan = _planned(model, input_ids, attention_mask, generation_config)
-    program = torch.export.export(DecodeProgram(model, plan, cache_length(input_ids, plan)),
-                                  (input_ids, attention_mask), strict=strict)
+    cache_len = cache_length(input_ids, plan)
+    dynamic_shapes = None
+    if dynamic:
+        for name in PROMPT_LENGTH_SETTINGS:
+            if getattr(plan.config, name, 0):
+                raise UnsupportedGeneration(f"export_generate(dynamic=True) does not support {name}="
+                                            f"{getattr(plan.config, name)!r}: its processor is built for the "
+                                            "example's prompt length; export with dynamic=False")
+        longest = max_prompt_length if max_prompt_length is not None else 2 * int(input_ids.shape[1])
+        if longest < int(input_ids.shape[1]):
+            raise UnsupportedGeneration(f"max_prompt_length={longest} is shorter than the example prompt "
+                                        f"({int(input_ids.shape[1])})")
+        cache_len = longest + plan.max_new_tokens  # the mask grows to prompt + new tokens inside the loop
+        dynamic_shapes = ({0: torch.export.Dim.AUTO, 1: torch.export.Dim.AUTO},) * 2
+    program = torch.export.export(DecodeProgram(model, plan, cache_len), (input_ids, attention_mask),
+                                  dynamic_shapes=dynamic_shapes, strict=strict)
     module = program.module()
 
     def run(run_input_ids: torch.Tensor, run_attention_mask: torch.Tensor) -> torch.Tensor:
@@ -394,12 +418,35 @@ def export_generate(
     run.exported_program = program  # type: ignore[attr-defined]
     # what pytest_fullgraph.artifacts saves beside the program: the settings baked in, the shapes it takes
     run.artifact_metadata = {  # type: ignore[attr-defined]
-        "loop": "unrolled", "max_new_tokens": plan.max_new_tokens, "cache_len": cache_length(input_ids, plan),
-        "generation_config": _json_settings(plan.config),
-        "inputs": {name: {"shape": list(tensor.shape), "dtype": str(tensor.dtype)}
-                   for name, tensor in (("input_ids", input_ids), ("attention_mask", attention_mask))},
+        "loop": "unrolled", "max_new_tokens": plan.max_new_tokens, "cache_len": cache_len,
+        "generation_config": _json_settings(plan.config), "inputs": input_ranges(program),
     }
     return run
+
+
+def input_ranges(program: torch.export.ExportedProgram) -> dict[str, dict[str, Any]]:
+    """Each user input's dtype and, per dimension, the [smallest, largest] size the program takes (largest None:
+    unbounded), read from the program's own range constraints."""
+    import sympy
+
+    user_inputs = list(program.graph_signature.user_inputs)
+    ranges: dict[str, dict[str, Any]] = {}
+    for node in program.graph.nodes:
+        if node.op != "placeholder" or node.name not in user_inputs:
+            continue
+        value = node.meta["val"]
+        dims: list[list[int | None]] = []
+        for size in value.shape:
+            if isinstance(size, int):
+                dims.append([size, size])
+                continue
+            bounds = program.range_constraints[size.node.expr]
+            # torch's own infinity (int_oo) claims to be finite: only a sympy Integer is a bound
+            upper = int(bounds.upper) if isinstance(bounds.upper, sympy.Integer) else None
+            dims.append([int(bounds.lower), upper])
+        ranges[("input_ids", "attention_mask")[user_inputs.index(node.name)]] = {
+            "shape": dims, "dtype": str(value.dtype)}
+    return ranges
 
 
 #: Loop forms: "unrolled" (one graph whose size grows with max_new_tokens) and "while" (decode steps as a

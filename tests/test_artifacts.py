@@ -19,30 +19,44 @@ from pytest_fullgraph.artifacts import RUNTIMES, metadata_path
 LOAD_IN_A_FRESH_PROCESS = """
 import sys, torch
 from pytest_fullgraph import load_generate
-saved = torch.load(sys.argv[2])
-tokens = load_generate(sys.argv[1])(saved["input_ids"], saved["attention_mask"])
-print("equal" if torch.equal(tokens, saved["expected"]) else f"differ: {tokens.tolist()} {saved['expected'].tolist()}")
+generate = load_generate(sys.argv[1])
+for case in torch.load(sys.argv[2]):
+    tokens = generate(case["input_ids"], case["attention_mask"])
+    same = torch.equal(tokens, case["expected"])
+    print("equal" if same else f"differ: {tokens.tolist()} {case['expected'].tolist()}")
 """
+#: Batch and prompt length of the shapes one dynamic program serves; the first is the export's example.
+SHAPES = ((2, 8), (3, 5), (2, 16))
+
+
+def left_padded(batch: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    input_ids = torch.randint(3, 100, (batch, length), generator=torch.Generator().manual_seed(batch * 100 + length))
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[1, :3] = 0  # left padding: the mask is an input of the program, not baked in
+    return input_ids, attention_mask
 
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The tiny llama's greedy generation exported once, with generate's tokens and the inputs saved to disk."""
+    """The tiny llama's greedy generation exported once with dynamic shapes and once for one shape, and
+    generate's tokens for every shape of ``SHAPES``, saved to disk."""
     from transformers import GenerationConfig
 
     from pytest_fullgraph.decode import export_generate
 
     model = build_tiny("llama")
-    input_ids = torch.randint(3, 100, (2, 8), generator=torch.Generator().manual_seed(0))
-    attention_mask = torch.ones_like(input_ids)
-    attention_mask[1, :3] = 0  # left padding: the mask is an input of the program, not baked in
     config = GenerationConfig(max_new_tokens=4, do_sample=False, pad_token_id=0)
-    expected = cast(Any, model).generate(input_ids, attention_mask=attention_mask, generation_config=config)
+    cases = []
+    for batch, length in SHAPES:
+        input_ids, attention_mask = left_padded(batch, length)
+        expected = cast(Any, model).generate(input_ids, attention_mask=attention_mask, generation_config=config)
+        cases.append({"input_ids": input_ids, "attention_mask": attention_mask, "expected": expected})
     directory = tmp_path_factory.mktemp("artifacts")
-    inputs = directory / "inputs.pt"
-    torch.save({"input_ids": input_ids, "attention_mask": attention_mask, "expected": expected}, inputs)
-    return {"generate": export_generate(model, input_ids, attention_mask, config), "inputs": inputs,
-            "directory": directory, "input_ids": input_ids, "attention_mask": attention_mask}
+    inputs = directory / "cases.pt"
+    torch.save(cases, inputs)
+    example = (cases[0]["input_ids"], cases[0]["attention_mask"])
+    return {"generate": export_generate(model, *example, config, dynamic=True, max_prompt_length=16),
+            "static": export_generate(model, *example, config), "inputs": inputs, "directory": directory}
 
 
 def load_in_a_fresh_process(artifact: Path, inputs: Path) -> str:
@@ -54,9 +68,10 @@ def load_in_a_fresh_process(artifact: Path, inputs: Path) -> str:
 
 @pytest.mark.parametrize("runtime", list(RUNTIMES))
 def test_a_saved_generation_gives_generates_tokens_in_a_fresh_process(exported: dict[str, Any], runtime: str) -> None:
+    """One dynamic program, saved, loaded in a new process, three shapes: exactly generate's tokens each."""
     artifact = save_generate(exported["generate"], exported["directory"] / "llama", runtime=runtime, model="llama")
     assert artifact.name == "llama" + RUNTIMES[runtime].suffix
-    assert load_in_a_fresh_process(artifact, exported["inputs"]) == "equal"
+    assert load_in_a_fresh_process(artifact, exported["inputs"]).splitlines() == ["equal"] * len(SHAPES)
 
 
 def test_the_metadata_says_what_is_baked_in_and_what_it_takes(exported: dict[str, Any]) -> None:
@@ -64,17 +79,31 @@ def test_the_metadata_says_what_is_baked_in_and_what_it_takes(exported: dict[str
     metadata = json.loads(metadata_path(artifact).read_text())
     assert (metadata["runtime"], metadata["model"], metadata["loop"], metadata["max_new_tokens"]) == (
         "pt2", "llama", "unrolled", 4)
-    assert metadata["inputs"]["input_ids"] == {"shape": [2, 8], "dtype": "torch.int64"}
+    assert metadata["inputs"]["input_ids"] == {"shape": [[2, None], [2, 16]], "dtype": "torch.int64"}
+    assert metadata["cache_len"] == 16 + 4
     assert metadata["generation_config"]["do_sample"] is False
     assert metadata["versions"]["torch"] == torch.__version__
 
 
 def test_other_shapes_are_refused_before_the_program_runs(exported: dict[str, Any]) -> None:
-    artifact = save_generate(exported["generate"], exported["directory"] / "shapes")
-    run = load_generate(artifact)
-    with pytest.raises(ArtifactError, match=r"input_ids is \(3, 8\) torch.int64, but the program was exported "
-                                            r"for \(2, 8\) torch.int64"):
-        run(torch.ones(3, 8, dtype=torch.long), torch.ones(3, 8, dtype=torch.long))
+    fixed = load_generate(save_generate(exported["static"], exported["directory"] / "shapes"))
+    with pytest.raises(ArtifactError, match=r"input_ids is \(3, 8\) torch.int64, but the program takes \(2, 8\) "
+                                            r"torch.int64"):
+        fixed(torch.ones(3, 8, dtype=torch.long), torch.ones(3, 8, dtype=torch.long))
+    ranged = load_generate(save_generate(exported["generate"], exported["directory"] / "ranged"))
+    with pytest.raises(ArtifactError, match=r"\(2, 17\) torch.int64, but the program takes \(2.., 2..16\)"):
+        ranged(torch.ones(2, 17, dtype=torch.long), torch.ones(2, 17, dtype=torch.long))
+
+
+def test_dynamic_export_refuses_settings_built_for_one_prompt_length() -> None:
+    from transformers import GenerationConfig
+
+    from pytest_fullgraph.decode import UnsupportedGeneration, export_generate
+
+    input_ids, attention_mask = left_padded(2, 8)
+    config = GenerationConfig(max_new_tokens=4, min_new_tokens=2, do_sample=False, pad_token_id=0)
+    with pytest.raises(UnsupportedGeneration, match=r"dynamic=True\) does not support min_new_tokens=2"):
+        export_generate(build_tiny("llama"), input_ids, attention_mask, config, dynamic=True)
 
 
 def test_a_corrupted_artifact_is_a_one_line_error(exported: dict[str, Any]) -> None:
@@ -128,7 +157,7 @@ def test_the_suite_saves_each_passing_export_checks_program(toy_project: pytest.
     assert sorted(path.name for path in saved.iterdir()) == ["toy-greedy-export-float32.pt2",
                                                              "toy-greedy-export-float32.pt2.json"]
     metadata = json.loads((saved / "toy-greedy-export-float32.pt2.json").read_text())
-    shape = metadata["inputs"]["input_ids"]["shape"]
+    shape = [low for low, _ in metadata["inputs"]["input_ids"]["shape"]]  # a fixed shape: low == high
     tokens = load_generate(saved / "toy-greedy-export-float32.pt2")(
         torch.full(shape, 5, dtype=torch.long), torch.ones(shape, dtype=torch.long))
     assert tokens.shape[0] == shape[0] and metadata["model"] == "toy"
