@@ -161,3 +161,10 @@ def test_the_suite_saves_each_passing_export_checks_program(toy_project: pytest.
     tokens = load_generate(saved / "toy-greedy-export-float32.pt2")(
         torch.full(shape, 5, dtype=torch.long), torch.ones(shape, dtype=torch.long))
     assert tokens.shape[0] == shape[0] and metadata["model"] == "toy"
+
+
+def test_the_suite_checks_one_exported_program_over_three_shapes(toy_project: pytest.Pytester) -> None:
+    result = toy_project.runpytest("--fullgraph-models=toy,toy_drift", "-k", "serves_three_shapes",
+                                   "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*shape (2, 8): the exported program differs from generate at row *"])

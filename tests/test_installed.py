@@ -51,7 +51,7 @@ def test_in_this_repository_the_suite_is_collected_once() -> None:
                                 "--fullgraph-models=llama"], cwd=REPOSITORY, capture_output=True, text=True,
                                check=False)
     ids = [line for line in completed.stdout.splitlines() if "::" in line]
-    assert len(ids) == len(set(ids)) == 16 + 2, completed.stdout  # 16 checks, the property and CUDA tests
+    assert len(ids) == len(set(ids)) == 16 + 3, completed.stdout  # 16 checks, the property, CUDA and shapes tests
     assert all(line.startswith("suites/") for line in ids)
 
 

@@ -1,0 +1,51 @@
+"""One exported generation program serves several shapes: ``export_generate(dynamic=True)`` once, then batches and
+prompt lengths it was not traced with, each exactly ``model.generate``'s tokens."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from transformers import GenerationConfig, PreTrainedModel
+
+from pytest_fullgraph.compare import first_difference
+from pytest_fullgraph.decode import UnsupportedGeneration, export_generate
+from pytest_fullgraph.generation import generate_fn
+from pytest_fullgraph.models import tiny
+from pytest_fullgraph.options import Settings
+from pytest_fullgraph.results import first_line
+from pytest_fullgraph.scenarios import left_padded_prompts, model_generation_defaults, vocab_size
+
+#: Prompt lengths per row: the export's example first, then a larger batch of shorter prompts, then longer ones.
+SHAPES = ((8, 5), (5, 2, 4), (12, 9))
+SEED = 7
+
+
+def test_one_exported_program_serves_three_shapes(fullgraph_model: PreTrainedModel,
+                                                  fullgraph_settings: Settings) -> None:
+    """Greedy, left-padded; a model whose loop does not export is xfail with the reason (failed when strict)."""
+    model: Any = fullgraph_model
+    config = GenerationConfig(max_new_tokens=fullgraph_settings.max_new_tokens, do_sample=False,
+                              pad_token_id=tiny.PAD_TOKEN_ID)
+    cases = [left_padded_prompts(list(lengths), SEED, vocab_size(model)) for lengths in SHAPES]
+    longest = max(max(lengths) for lengths in SHAPES)
+    with torch.no_grad(), model_generation_defaults(model, None):
+        try:
+            program = export_generate(model, cases[0]["input_ids"], cases[0]["attention_mask"], config,
+                                      dynamic=True, max_prompt_length=longest)
+        except UnsupportedGeneration as error:
+            pytest.skip(f"export_generate does not support this model: {first_line(error)}")
+        except Exception as error:  # torch.export's failures vary in type (dynamo's, guards', constraints')
+            message = f"the loop does not export with dynamic shapes: {type(error).__name__}: {first_line(error)}"
+            if fullgraph_settings.strict:
+                pytest.fail(message, pytrace=False)
+            pytest.xfail(message)
+        for case in cases:
+            expected = generate_fn(model)(**case, generation_config=config)
+            tokens = program(case["input_ids"], case["attention_mask"])
+            shape = tuple(case["input_ids"].shape)
+            if not torch.equal(tokens, expected):
+                where = first_difference(expected, tokens, shape[1])
+                pytest.fail(f"shape {shape}: the exported program differs from generate at "
+                            f"{where.describe('exported')}", pytrace=False)
