@@ -9,7 +9,7 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from pytest_fullgraph.models.tags import default_config
+from pytest_fullgraph.models.tags import config_value, default_config, holds
 from pytest_fullgraph.models.tiny import DROP, GENERIC_SHRINK, RECORDS, SHRINK_RULES, SLIDING_WINDOW
 
 if TYPE_CHECKING:
@@ -36,15 +36,6 @@ def _knows(default: Any, key: str) -> bool:
         return False
 
 
-def _raw(default: Any, key: str) -> Any:
-    """A config value read past the heterogeneous guard; ``None`` when unreadable."""
-    getter = getattr(default, "_getattr_without_heterogeneous_validation", None)
-    try:
-        return getter(key, None) if getter is not None else getattr(default, key, None)
-    except Exception:
-        return None
-
-
 def _field_name(default: Any, key: str) -> str | None:
     """The constructor field a key reaches: its ``attribute_map`` target, since transformers sets aliased kwargs
     only after ``__post_init__`` (whose derived values would then come from the defaults); ``None`` for a
@@ -67,35 +58,28 @@ def _per_layer_types(default: Any) -> dict[str, Any]:
     """``layer_types`` cut to the shrunk depth, keeping one layer of each kind the full model has (so a
     hybrid or sliding-window model stays one), and the depth that takes. Where layers share key/value caches
     (``num_kv_shared_layers``), each kind gets one layer that stores its cache and one that reuses it."""
-    layer_types = _raw(default, "layer_types")
+    layer_types = config_value(default, "layer_types")
     if _field_name(default, "layer_types") is None or not isinstance(layer_types, list) or not layer_types:
         return {}  # no list, or one the config derives itself from other fields
     kinds = list(dict.fromkeys(layer_types))
     depth = max(GENERIC_SHRINK["num_hidden_layers"], len(kinds))
     result: dict[str, Any] = {}
-    shared = _raw(default, "num_kv_shared_layers")
+    shared = config_value(default, "num_kv_shared_layers")
     if isinstance(shared, int) and not isinstance(shared, bool) and shared > 0:
         depth = 2 * len(kinds)
         result["num_kv_shared_layers"] = len(kinds)
     return {**result, "num_hidden_layers": depth, "layer_types": (kinds * depth)[:depth]}
 
 
-def _rule_applies(rule: Any, default: Any) -> bool:
-    try:
-        return bool(rule.applies(default))
-    except Exception:  # a heterogeneous config's guard, a property that needs fields a default lacks
-        return False
-
-
 def _shrunk(default: Any) -> dict[str, Any]:
     """The generic shrink for one config (the keys it knows, under their field names), ``SHRINK_RULES``, its
     per-layer list, and each sub-config's shrink (text, vision, audio towers of composite configs)."""
     values: dict[str, Any] = {key: value for key, value in GENERIC_SHRINK.items() if _knows(default, key)}
-    window = _raw(default, "sliding_window")
+    window = config_value(default, "sliding_window")
     if isinstance(window, int) and not isinstance(window, bool) and window > 0:
         values["sliding_window"] = min(window, SLIDING_WINDOW)
     for rule in SHRINK_RULES:
-        if _rule_applies(rule, default):
+        if holds(rule.applies, default):
             values.update(rule.values(default))
     values.update(_per_layer_types(default))
     kwargs = _under_field_names(default, values)
@@ -112,7 +96,7 @@ def _shrunk_sub_config(sub_config: Any) -> dict[str, Any]:
     per-layer list of the full depth cut like ``layer_types`` (a vision tower's per-layer widths)."""
     shrunk = _shrunk(sub_config)
     kwargs = {key: value for key, value in sub_config.to_diff_dict().items() if key != "per_layer_config"}
-    depth, new_depth = _raw(sub_config, "num_hidden_layers"), shrunk.get(
+    depth, new_depth = config_value(sub_config, "num_hidden_layers"), shrunk.get(
         _field_name(sub_config, "num_hidden_layers") or "num_hidden_layers")
     if isinstance(depth, int) and isinstance(new_depth, int) and depth > new_depth:
         for key, value in sub_config.to_dict().items():

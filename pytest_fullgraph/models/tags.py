@@ -103,11 +103,22 @@ def derived_tags(model_type: str) -> frozenset[str]:
     except Exception:  # e.g. gemma4_assistant: its own defaults fail its validation in 5.24
         return frozenset()
     configs = [config, *filter(None, [_text_config(config)])]
-    return frozenset(tag for tag, _, rule in TAG_RULES if any(_safe(rule, each) for each in configs))
+    return frozenset(tag for tag, _, rule in TAG_RULES if any(holds(rule, each) for each in configs))
 
 
-def _safe(rule: Callable[[Any], bool], config: Any) -> bool:
+def holds(rule: Callable[[Any], bool], config: Any) -> bool:
+    """A rule over a config, False where reading the config raises (a property that needs fields a default
+    instance lacks, a heterogeneous config's guard)."""
     try:
-        return rule(config)
-    except Exception:  # a config property that needs fields a default instance lacks
+        return bool(rule(config))
+    except Exception:
         return False
+
+
+def config_value(config: Any, key: str) -> Any:
+    """A config value read past the guard of heterogeneous (per-layer) configs; ``None`` when unreadable."""
+    getter = getattr(config, "_getattr_without_heterogeneous_validation", None)
+    try:
+        return getter(key, None) if getter is not None else getattr(config, key, None)
+    except Exception:
+        return None

@@ -11,6 +11,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from pytest_fullgraph.models.tags import config_value
+
 #: Special-token ids inside the tiny vocabulary. Prompts are drawn from ids >= FIRST_PROMPT_ID.
 PAD_TOKEN_ID = 0
 BOS_TOKEN_ID = 1
@@ -90,9 +92,8 @@ class ShrinkRule:
 
 
 def _int(config: Any, name: str) -> int:
-    """An integer field, 0 when absent; read past the guard of heterogeneous (per-layer) configs."""
-    getter = getattr(config, "_getattr_without_heterogeneous_validation", None)
-    value = getter(name, None) if getter is not None else getattr(config, name, None)
+    """An integer field, 0 when absent or unreadable; read past the guard of heterogeneous (per-layer) configs."""
+    value = config_value(config, name)
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
