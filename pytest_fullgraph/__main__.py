@@ -34,6 +34,10 @@ def _parser() -> argparse.ArgumentParser:
     models.add_argument("selection", nargs="?", default="all", metavar="NAMES",
                         help="Which models, as --fullgraph-models takes them (default: all)")
     models.add_argument("--exclude", default="", metavar="NAMES", help="Models to leave out, in the same forms")
+    models.add_argument("--shard", default=None, metavar="I/N",
+                        help="Only the models --fullgraph-shard=I/N would run, to preview a CI matrix job")
+    models.add_argument("--shard-costs", default=None, metavar="REPORT.json",
+                        help="Balance the shards by this report's check times, as --fullgraph-shard-costs does")
     models.add_argument("--json", action="store_true", help="One JSON list of rows instead of the table")
     models.add_argument("--no-build", action="store_true",
                         help="Do not build and generate: parameters are counted on the meta device, status "
@@ -45,7 +49,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "models":
-            return _models(args.selection, args.exclude, as_json=args.json, build=not args.no_build)
+            return _models(args.selection, args.exclude, as_json=args.json, build=not args.no_build,
+                           shard=args.shard, shard_costs=args.shard_costs)
         if args.report_command == "merge":
             merged = report.merge((path, report.load(path)) for path in args.reports)
             for path in report.write(merged, args.output):
@@ -66,13 +71,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
-def _models(selection: str, exclude: str, *, as_json: bool, build: bool) -> int:
+def _models(selection: str, exclude: str, *, as_json: bool, build: bool, shard: str | None = None,
+            shard_costs: str | None = None) -> int:
     from pytest_fullgraph.models import session_registry
     from pytest_fullgraph.models.survey import survey
+    from pytest_fullgraph.shard import model_costs, parse_shard, select_shard
 
     registry = session_registry()
     try:
         names = registry.select(selection, exclude)
+        if shard is not None:
+            costs = model_costs(report.load(shard_costs)) if shard_costs else None
+            names = select_shard(names, parse_shard(shard, "--shard"), costs)
     except ValueError as error:
         print(f"pytest_fullgraph: error: {error}", file=sys.stderr)
         return 2

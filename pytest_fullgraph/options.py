@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 
 from pytest_fullgraph.models import Registry
+from pytest_fullgraph.report.schema import ReportError
+from pytest_fullgraph.report.schema import load as load_report
+from pytest_fullgraph.shard import Shard, model_costs, parse_shard, select_shard
 
 BACKENDS = ("eager", "aot_eager", "inductor")
 #: Dtypes a model can be checked in; float64 is the reference that judges rounding, not a dtype under test.
@@ -50,12 +53,14 @@ class Settings:
     timeout: float = DEFAULT_TIMEOUT
     #: where passing export checks save their programs (``--fullgraph-artifacts``), or None
     artifacts_dir: Path | None = None
+    #: this run's part of the selection (``--fullgraph-shard``), as "I/N"; None when unsharded
+    shard: str | None = None
 
     def describe(self) -> dict[str, object]:
         """The settings a report records (JSON builtins)."""
         return {"models": list(self.models), "dtypes": list(self.dtypes), "backend": self.backend,
                 "max_new_tokens": self.max_new_tokens, "run_slow": self.run_slow, "strict": self.strict,
-                "breaks": self.breaks, "timeout": self.timeout}
+                "breaks": self.breaks, "timeout": self.timeout, "shard": self.shard}
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -67,6 +72,12 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--fullgraph-exclude", dest="fullgraph_exclude", metavar="NAMES", default=None,
                     help="Comma list of models to leave out of the selection, in the same forms "
                          "(ini: fullgraph_exclude)")
+    group.addoption("--fullgraph-shard", dest="fullgraph_shard", metavar="I/N", default=None,
+                    help="Run only part I of N of the selected models (1 <= I <= N); N jobs with I = 1..N run "
+                         "every model once, e.g. one CI matrix job each (ini: fullgraph_shard)")
+    group.addoption("--fullgraph-shard-costs", dest="fullgraph_shard_costs", metavar="REPORT.json", default=None,
+                    help="Balance the shards by each model's check time in this earlier report, instead of "
+                         "an even split by count (ini: fullgraph_shard_costs)")
     group.addoption("--fullgraph-timeout", dest="fullgraph_timeout", metavar="SECONDS", default=None,
                     help="A check running longer is stopped and recorded as an error; 0 turns the limit off "
                          f"(default: {DEFAULT_TIMEOUT:g}; ini: fullgraph_timeout)")
@@ -98,6 +109,8 @@ def add_options(parser: pytest.Parser) -> None:
                          "selected and no test paths are given, 'on' always, 'off' never (ini: fullgraph_suite)")
     parser.addini("fullgraph_models", "Default for --fullgraph-models", default=None)
     parser.addini("fullgraph_exclude", "Default for --fullgraph-exclude", default=None)
+    parser.addini("fullgraph_shard", "Default for --fullgraph-shard", default=None)
+    parser.addini("fullgraph_shard_costs", "Default for --fullgraph-shard-costs", default=None)
     parser.addini("fullgraph_timeout", "Default for --fullgraph-timeout", default=None)
     parser.addini("fullgraph_suite", "Default for --fullgraph-suite", default=None)
     parser.addini("fullgraph_dtype", "Default for --fullgraph-dtype", default=None)
@@ -200,6 +213,13 @@ def resolve_settings(config: pytest.Config, registry: Registry) -> Settings:
     except ValueError as error:
         raise pytest.UsageError(f"{models_source or '--fullgraph-models'}: {error}") from None
 
+    shard = resolve_shard(config)
+    if shard is not None:
+        try:
+            models = select_shard(models, shard, resolve_shard_costs(config))
+        except ValueError as error:
+            raise pytest.UsageError(f"{_pick(config, 'fullgraph_shard')[1]}: {error}") from None
+
     backend_value, backend_source = _pick(config, "fullgraph_backend")
     if backend_value is None:
         backend = SLOW_BACKEND if run_slow else FAST_BACKEND
@@ -227,4 +247,25 @@ def resolve_settings(config: pytest.Config, registry: Registry) -> Settings:
     return Settings(models=models, backend=backend, max_new_tokens=max_new_tokens, run_slow=run_slow,
                     strict=strict, report_dir=report_dir, breaks=breaks, suite=suite,
                     models_selected=models_value is not None, dtypes=dtypes, timeout=timeout,
-                    artifacts_dir=artifacts_dir)
+                    artifacts_dir=artifacts_dir, shard=shard.label if shard else None)
+
+
+def resolve_shard(config: pytest.Config) -> Shard | None:
+    value, source = _pick(config, "fullgraph_shard")
+    if value is None:
+        return None
+    try:
+        return parse_shard(value, source)
+    except ValueError as error:
+        raise pytest.UsageError(str(error)) from None
+
+
+def resolve_shard_costs(config: pytest.Config) -> dict[str, float] | None:
+    """Seconds per model from the report ``--fullgraph-shard-costs`` names; a bad file is a usage error."""
+    value, source = _pick(config, "fullgraph_shard_costs")
+    if value is None:
+        return None
+    try:
+        return model_costs(load_report(value))
+    except ReportError as error:
+        raise pytest.UsageError(f"{source}: {error}") from None

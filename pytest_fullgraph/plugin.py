@@ -116,7 +116,7 @@ def pytest_report_header(config: pytest.Config) -> str:
     tier = "slow" if settings.run_slow else "fast"
     return (f"fullgraph: models={models_label(settings.models)} backend={settings.backend} "
             f"max_new_tokens={settings.max_new_tokens} tier={tier} strict={settings.strict} "
-            f"dtypes={','.join(settings.dtypes)}")
+            f"dtypes={','.join(settings.dtypes)}" + (f" shard={settings.shard}" if settings.shard else ""))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

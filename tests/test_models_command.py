@@ -45,3 +45,18 @@ def test_a_model_that_prints_does_not_corrupt_the_json() -> None:
     assert completed.returncode == 0, completed.stderr
     assert json.loads(completed.stdout)[0]["status"] == "ok"
     assert "not a recognized input" in completed.stderr
+
+
+def test_shards_preview_the_models_each_ci_job_runs() -> None:
+    """The shards of a selection, listed with ``--shard``, are disjoint and together the whole selection."""
+    parts = []
+    for label in ("1/3", "2/3", "3/3"):
+        completed = run("popular", "--no-build", "--json", "--shard", label)
+        assert completed.returncode == 0, completed.stderr
+        parts.append([row["name"] for row in json.loads(completed.stdout)])
+    whole = [row["name"] for row in json.loads(run("popular", "--no-build", "--json").stdout)]
+    assert sorted(name for part in parts for name in part) == whole
+    assert [len(part) for part in parts] == [9, 8, 8]
+    completed = run("popular", "--no-build", "--shard", "0/3")
+    assert (completed.returncode, completed.stderr.strip()) == (
+        2, "pytest_fullgraph: error: --shard: '0/3' is not a shard; expected I/N with 1 <= I <= N, e.g. 1/4")

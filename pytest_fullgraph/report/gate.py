@@ -57,6 +57,10 @@ def diff(baseline: Report, current: Report, *, allow_missing: bool = False, ratc
     if current.interrupted:
         gate.regressions.append("INCOMPLETE: the current run was interrupted; its report holds only the checks "
                                 "that finished")
+    missing = current.environment.get("shards_missing") or []
+    if missing:
+        line = f"INCOMPLETE: shard(s) {', '.join(map(str, missing))} of this run are missing from the merged report"
+        (gate.notes if allow_missing else gate.regressions).append(line)
     before = {result.key: result for result in baseline.checks}
     after = {result.key: result for result in current.checks}
     for key in sorted(before.keys() | after.keys()):

@@ -7,6 +7,7 @@ from typing import Any
 
 from pytest_fullgraph.report.schema import Report, ReportError
 from pytest_fullgraph.results import CheckResult
+from pytest_fullgraph.shard import missing_shards
 
 #: Environment keys every shard must share: a merged report describes one configuration.
 MUST_MATCH = ("torch", "transformers", "backend", "max_new_tokens", "run_slow", "strict", "breaks")
@@ -14,6 +15,9 @@ MUST_MATCH = ("torch", "transformers", "backend", "max_new_tokens", "run_slow", 
 _MEANING = {"run_slow": "tier (run_slow)", "strict": "strictness", "breaks": "break mode"}
 #: List-valued keys merged as a sorted union (the shards' models together are the merged run's models).
 UNION_KEYS = ("models", "dtypes")
+#: The shard each report ran (``--fullgraph-shard``): merged into the sorted list of shards, beside
+#: ``shards_missing``, the shards of the same run no merged report covers (the gate fails on them).
+SHARD_KEY, MISSING_KEY = "shard", "shards_missing"
 #: Dict-valued keys merged key by key (legends of levels and scenarios).
 DICT_KEYS = ("levels", "scenarios", "exactness_settings")
 
@@ -64,7 +68,14 @@ def _merged_environment(environments: list[dict[str, Any]], sources: list[str]) 
     merged: dict[str, Any] = {}
     for name in dict.fromkeys(key for environment in environments for key in environment):
         values = [environment[name] for environment in environments if name in environment]
-        if name in UNION_KEYS:
+        if name == SHARD_KEY:
+            flat = {label for value in values for label in ([value] if isinstance(value, str) else value or [])}
+            labels = sorted(flat, key=_shard_order)
+            merged[name] = labels or None
+            merged[MISSING_KEY] = missing_shards(labels)
+        elif name == MISSING_KEY:
+            continue  # recomputed from the shards above
+        elif name in UNION_KEYS:
             merged[name] = sorted({item for value in values for item in (value or [])})
         elif name in DICT_KEYS:
             merged[name] = {key: text for value in values for key, text in (value or {}).items()}
@@ -74,3 +85,11 @@ def _merged_environment(environments: list[dict[str, Any]], sources: list[str]) 
             merged[name] = sorted({str(value) for value in values})
     merged["merged_from"] = sources
     return merged
+
+
+def _shard_order(label: str) -> tuple[int, ...]:
+    """Shard labels sort by number ("2/16" before "10/16"); anything else last."""
+    try:
+        return tuple(int(part) for part in label.split("/"))
+    except ValueError:
+        return (1 << 30,)

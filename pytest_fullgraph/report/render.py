@@ -111,6 +111,14 @@ def _escape(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _shard_text(env: dict[str, Any]) -> str:
+    """" · shard 2/8" for one shard's report, " · shards 1/8, 2/8" for merged ones, "" when unsharded."""
+    shard = env.get("shard")
+    if isinstance(shard, str):
+        return f" · shard {shard}"
+    return f" · shards {', '.join(shard)}" if shard else ""
+
+
 def markdown(report: Report) -> str:
     """A GitHub step-summary friendly page: outcome matrix, legend, break sites, failures."""
     checks = report.sorted_checks()
@@ -119,7 +127,10 @@ def markdown(report: Report) -> str:
              f"torch {env.get('torch')} · transformers {env.get('transformers')} · backend "
              f"`{env.get('backend')}` · max_new_tokens {env.get('max_new_tokens')} · dtypes "
              f"{','.join(env.get('dtypes') or [DEFAULT_DTYPE])} · device {env.get('device')} · "
-             f"{len(checks)} checks", ""]
+             f"{len(checks)} checks{_shard_text(env)}", ""]
+    if env.get("shards_missing"):
+        lines += [f"**Incomplete:** shard(s) {', '.join(env['shards_missing'])} of this run are missing from the "
+                  "merged report.", ""]
     if report.interrupted:
         lines += [f"**Incomplete:** the run was interrupted (exit status {report.run.get('exitstatus')}); checks "
                   "that had not finished are missing from this report.", ""]
