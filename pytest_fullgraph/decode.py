@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
-from transformers.cache_utils import CacheLayerMixin
+
+from pytest_fullgraph import loop_state
+from pytest_fullgraph.generation import UnsupportedGeneration
 
 if TYPE_CHECKING:
     from transformers import GenerationConfig, PreTrainedModel
@@ -49,10 +51,6 @@ class DecodeProgram(torch.nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         cache = new_static_cache(self.model, self.cache_len)
         return decode_loop(self.model, self.plan, input_ids, attention_mask, cache)
-
-
-class UnsupportedGeneration(ValueError):
-    """A generation setting or model this loop does not implement; the message names it."""
 
 
 @dataclass
@@ -83,16 +81,18 @@ def check_supported(config: GenerationConfig) -> None:
                                     "supported: 'greedy_search', 'sample'")
 
 
-def prepare(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-            generation_config: GenerationConfig | None) -> DecodePlan:
-    """Resolve the generation config, special tokens and logits processors exactly as ``generate`` does.
-
-    ``attention_mask`` is always given: the entry points fill in an all-ones mask, as ``generate`` does.
-    """
+def prepare(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+            generation_config: GenerationConfig | None) -> tuple[torch.Tensor, DecodePlan]:
+    """Resolve the generation config, special tokens, attention mask and logits processors exactly as
+    ``generate`` does; returns the attention mask (``generate``'s inferred one when none is given: the
+    positions that are not ``pad_token_id``, when the prompt holds it and it is not an EOS id) and the plan."""
     generate_api = cast(Any, model)
     config, _ = generate_api._prepare_generation_config(copy.deepcopy(generation_config))
     check_supported(config)
-    generate_api._prepare_special_tokens(config, kwargs_has_attention_mask=True, device=input_ids.device)
+    generate_api._prepare_special_tokens(config, kwargs_has_attention_mask=attention_mask is not None,
+                                         device=input_ids.device)
+    if attention_mask is None:
+        attention_mask = cast(torch.Tensor, generate_api._prepare_attention_mask_for_generation(input_ids, config, {}))
     prompt_length = int(input_ids.shape[1])
     if config.max_new_tokens is not None:
         max_new_tokens = int(config.max_new_tokens)
@@ -108,10 +108,10 @@ def prepare(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: tor
     parameters = forward_parameters(model)
     if "cache" not in parameters:
         raise UnsupportedGeneration(f"{type(model).__name__}.forward takes no `cache` argument")
-    return DecodePlan(config, processors, max_new_tokens, bool(config.do_sample),
-                      eos if eos is not None and eos.numel() > 0 else None, config._pad_token_tensor,
-                      "position_ids" in parameters, "logits_to_keep" in parameters,
-                      _mask_when_decoding(model, input_ids, attention_mask))
+    return attention_mask, DecodePlan(config, processors, max_new_tokens, bool(config.do_sample),
+                                      eos if eos is not None and eos.numel() > 0 else None, config._pad_token_tensor,
+                                      "position_ids" in parameters, "logits_to_keep" in parameters,
+                                      _mask_when_decoding(model, input_ids, attention_mask))
 
 
 def _mask_when_decoding(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> bool:
@@ -152,6 +152,15 @@ def new_static_cache(model: PreTrainedModel, max_cache_len: int) -> Any:
     return StaticCache(config=model.config, max_cache_len=max_cache_len)
 
 
+def new_cache(model: PreTrainedModel, plan: DecodePlan, max_cache_len: int, loop: str) -> Any:
+    """The cache a loop form runs on: ``generate``'s static cache unrolled; for the ``while_loop`` form, one whose
+    state is all in tensors (after checking its processors can be traced once for every step)."""
+    if loop == "while":
+        loop_state.check_processors(plan.processors)
+        return loop_state.loop_cache(model, max_cache_len)
+    return new_static_cache(model, max_cache_len)
+
+
 def initial_positions(attention_mask: torch.Tensor) -> torch.Tensor:
     """Position ids as ``generate`` derives them from a left-padded mask."""
     return (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)
@@ -166,10 +175,13 @@ def _forward_kwargs(plan: DecodePlan, positions: torch.Tensor) -> dict[str, Any]
     return kwargs
 
 
-def _next_tokens(plan: DecodePlan, logits: torch.Tensor, sequences: torch.Tensor,
-                 unfinished: torch.Tensor) -> torch.Tensor:
-    """One step of ``generate``'s sampling: processors, then multinomial or argmax, finished rows padded."""
-    scores = plan.processors(cast(torch.LongTensor, sequences), logits[:, -1].to(dtype=torch.float32, copy=True))
+def _last_scores(logits: torch.Tensor) -> torch.Tensor:
+    """The next-token scores as ``generate`` hands them to the processors: the last position, in float32."""
+    return logits[:, -1].to(dtype=torch.float32, copy=True)
+
+
+def _next_tokens(plan: DecodePlan, scores: torch.Tensor, unfinished: torch.Tensor) -> torch.Tensor:
+    """One step of ``generate``'s sampling from processed scores: multinomial or argmax, finished rows padded."""
     if plan.do_sample:
         tokens = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
     else:
@@ -201,7 +213,8 @@ def decode_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tenso
     for _ in range(plan.max_new_tokens):
         logits = model(input_ids=step_input, attention_mask=step_mask, cache=cache,
                        **_forward_kwargs(plan, step_positions)).logits
-        next_tokens = _next_tokens(plan, logits, sequences, unfinished)
+        scores = plan.processors(cast(torch.LongTensor, sequences), _last_scores(logits))
+        next_tokens = _next_tokens(plan, scores, unfinished)
         steps = steps + (unfinished.max() > 0).long()  # generate runs a step while any row is unfinished
         unfinished = _still_running(plan, next_tokens, unfinished)
         sequences = torch.cat([sequences, next_tokens[:, None]], dim=-1)
@@ -212,113 +225,50 @@ def decode_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tenso
     return sequences, steps
 
 
-class _CarriedLayer(CacheLayerMixin):
-    """A static KV layer whose tensors are ``while_loop`` state: ``update`` is out of place.
-
-    A loop body may not mutate tensors it captured, so the cache is rebuilt in each step from the carried
-    keys/values and position, and the updated tensors are read back as the step's outputs.
-    """
-
-    is_compileable = True
-    is_sliding = False
-
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: torch.Tensor) -> None:
-        super().__init__()
-        self.keys, self.values, self.length = keys, values, length
-        self.max_cache_len = int(keys.shape[2])
-        self.is_initialized = True
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
-               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        positions = torch.arange(key_states.shape[-2], device=key_states.device) + self.length
-        keys = cast(torch.Tensor, self.keys).index_copy(2, positions, key_states)
-        values = cast(torch.Tensor, self.values).index_copy(2, positions, value_states)
-        self.keys, self.values = keys, values
-        return keys, values
-
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        raise AssertionError("a carried layer is built initialised")
-
-    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        return self.max_cache_len, 0
-
-    def get_seq_length(self) -> torch.Tensor:  # type: ignore[override]
-        return self.length
-
-    def get_max_length(self) -> int:
-        return self.max_cache_len
-
-
-#: Logits processors that depend only on the current scores, so they run unchanged inside ``while_loop``;
-#: others (repetition penalty, min_new_tokens) read the growing sequence, which the loop keeps full-size.
-LOOP_SAFE_PROCESSORS = frozenset({"TemperatureLogitsWarper", "TopKLogitsWarper", "TopPLogitsWarper",
-                                  "MinPLogitsWarper"})
-
-
-def check_loop_supported(model: PreTrainedModel, plan: DecodePlan, cache: Any) -> None:
-    for processor in plan.processors:
-        if type(processor).__name__ not in LOOP_SAFE_PROCESSORS:
-            raise UnsupportedGeneration(f"loop='while' does not support {type(processor).__name__} "
-                                        "(from repetition_penalty, min_new_tokens, ...); use loop='unrolled'")
-    kinds = {type(layer).__name__ for layer in cache.layers}
-    if kinds != {"StaticLayer"}:
-        raise UnsupportedGeneration(f"loop='while' supports full-attention static layers only; "
-                                    f"{type(model).__name__} uses {', '.join(sorted(kinds))}")
-
-
 def decode_while_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tensor,
                       attention_mask: torch.Tensor, cache: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """The same generation with the decode steps as the body of ``while_loop``: its graph, and so its
     compile time, does not grow with ``max_new_tokens``; the loop exits as soon as every row has finished.
+
+    ``cache`` comes from ``loop_state.loop_cache``; its tensors are loop state (see ``loop_state``).
     """
     from torch._higher_order_ops import while_loop
-    from transformers import Cache
 
     batch, prompt_length = int(input_ids.shape[0]), int(input_ids.shape[1])
     position_ids = initial_positions(attention_mask)
     full_mask = torch.cat([attention_mask, attention_mask.new_ones((batch, plan.max_new_tokens - 1))], dim=-1)
     sequences = torch.cat([input_ids, input_ids.new_full((batch, plan.max_new_tokens), 0)], dim=-1)
-    # prefill, with the static cache, outside the loop
+    # prefill, outside the loop: the processors see the prompt as generate shows it to them
     logits = model(input_ids=input_ids, attention_mask=attention_mask, cache=cache,
                    **_forward_kwargs(plan, position_ids)).logits
     unfinished = torch.ones(batch, dtype=torch.long, device=input_ids.device)
-    tokens = _next_tokens(plan, logits, input_ids, unfinished)
+    tokens = _next_tokens(plan, plan.processors(cast(torch.LongTensor, input_ids), _last_scores(logits)), unfinished)
     sequences = sequences.index_copy(1, torch.tensor([prompt_length], device=input_ids.device), tokens[:, None])
     unfinished = _still_running(plan, tokens, unfinished)
-    keys = tuple(cast(torch.Tensor, layer.keys) for layer in cache.layers)
-    values = tuple(cast(torch.Tensor, layer.values) for layer in cache.layers)
-    length = torch.tensor(prompt_length, device=input_ids.device)
+    carried = loop_state.CarriedCache(cache)
+    # valid tokens in ``sequences``; the next token is written at this index
+    length = torch.tensor(prompt_length + 1, device=input_ids.device)
     steps = torch.ones((), dtype=torch.long, device=input_ids.device)
     # carried state must keep one layout across steps: a fresh (batch, 1) tensor, whatever the batch size
     positions = position_ids[:, -1:].clone(memory_format=torch.contiguous_format)
-    layer_count = len(keys)
 
     def condition(steps: torch.Tensor, *state: torch.Tensor) -> torch.Tensor:
         return (steps < plan.max_new_tokens) & (state[2].max() > 0)
 
     def body(steps: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, unfinished: torch.Tensor,
-             length: torch.Tensor, sequences: torch.Tensor,
-             *kv: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        layers = [_CarriedLayer(kv[i], kv[layer_count + i], length) for i in range(layer_count)]
+             length: torch.Tensor, sequences: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        step_cache = carried.rebuild(tensors)
         positions = positions + 1
         logits = model(input_ids=tokens[:, None], attention_mask=full_mask if plan.mask_when_decoding else None,
-                       cache=Cache(layers=cast(Any, layers)),
-                       **_forward_kwargs(plan, positions)).logits
-        next_tokens = _next_tokens(plan, logits, sequences, unfinished)
-        sequences = sequences.index_copy(1, (length + 1).reshape(1), next_tokens[:, None])
+                       cache=step_cache, **_forward_kwargs(plan, positions)).logits
+        scores = loop_state.process(plan.processors, sequences, length, _last_scores(logits))
+        next_tokens = _next_tokens(plan, scores, unfinished)
+        sequences = sequences.index_copy(1, length.reshape(1), next_tokens[:, None])
         return (steps + 1, next_tokens, positions, _still_running(plan, next_tokens, unfinished), length + 1,
-                sequences, *(cast(torch.Tensor, layer.keys) for layer in layers),
-                *(cast(torch.Tensor, layer.values) for layer in layers))
+                sequences, *carried.tensors(step_cache))
 
-    state = while_loop(condition, body, (steps, tokens, positions, unfinished, length, sequences, *keys, *values))
+    state = while_loop(condition, body, (steps, tokens, positions, unfinished, length, sequences, *carried.tensors()))
     return state[5], state[0]
-
-
-def _planned(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-             generation_config: GenerationConfig | None) -> tuple[torch.Tensor, DecodePlan]:
-    if attention_mask is None:
-        attention_mask = torch.ones_like(input_ids)
-    return attention_mask, prepare(model, input_ids, attention_mask, generation_config)
 
 
 def trimmed(sequences: torch.Tensor, input_ids: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
@@ -343,12 +293,10 @@ def fullgraph_generate(
     several EOS ids, and left-padded batches are supported; anything else raises
     ``UnsupportedGeneration`` naming the setting.
     """
-    attention_mask, plan = _planned(model, input_ids, attention_mask, generation_config)
-    cache = new_static_cache(model, cache_length(input_ids, plan))
+    attention_mask, plan = prepare(model, input_ids, attention_mask, generation_config)
     if loop not in LOOPS:
         raise UnsupportedGeneration(f"loop={loop!r} is not a loop form; use one of {', '.join(LOOPS)}")
-    if loop == "while":
-        check_loop_supported(model, plan, cache)
+    cache = new_cache(model, plan, cache_length(input_ids, plan), loop)
     run = compiler(LOOPS[loop]) if compiler is not None else LOOPS[loop]
     with torch.no_grad():
         sequences, steps = run(model, plan, input_ids, attention_mask, cache)
@@ -392,7 +340,7 @@ def export_generate(
     ``max_prompt_length`` (default: twice the example's), with a cache sized for that longest prompt;
     otherwise the program takes inputs of this shape only.
     """
-    attention_mask, plan = _planned(model, input_ids, attention_mask, generation_config)
+    attention_mask, plan = prepare(model, input_ids, attention_mask, generation_config)
     cache_len = cache_length(input_ids, plan)
     dynamic_shapes = None
     if dynamic:

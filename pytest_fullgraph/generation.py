@@ -17,6 +17,14 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
+class UnsupportedGeneration(ValueError):
+    """A generation setting or model our loop does not implement; the message names it.
+
+    Defined here, beside the calls into ``generate``, so both loop modules raise the same class; users import
+    it from ``pytest_fullgraph.decode``.
+    """
+
+
 def generate_fn(model: PreTrainedModel) -> Callable[..., torch.Tensor]:
     """``model.generate`` typed as it behaves (transformers' stubs make it ``Tensor | Module``)."""
     return cast("Callable[..., torch.Tensor]", cast(Any, model).generate)

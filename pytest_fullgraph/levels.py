@@ -81,6 +81,13 @@ class Level:
     graph_rule: GraphRule = AT_LEAST_ONE_GRAPH
     #: what ``run_own_loop_eagerly`` runs, named in a mismatch message ("" when the level has no loop)
     own_loop: str = ""
+    #: collected only in the slow tier (``--run-slow``): levels whose checks cost more than a pull request affords
+    slow_only: bool = False
+
+    def max_new_tokens(self, run_tokens: int) -> int:
+        """Tokens this level's checks generate, given the run's ``max_new_tokens``; levels that exist to test
+        long generations override it."""
+        return run_tokens
 
     def reference_config(self, config: GenerationConfig) -> GenerationConfig:
         """The config of the eager ``model.generate`` run the compiled tokens must equal."""
@@ -161,12 +168,14 @@ class DecodeLevel(_TorchCompileLevel):
     description = "pytest_fullgraph's fullgraph_generate loop compiled with fullgraph=True: exactly one graph"
     graph_rule: GraphRule = ONE_GRAPH
     own_loop = "fullgraph_generate"
+    #: the loop form (``decode.LOOPS``)
+    loop = "unrolled"
 
     def run_own_loop_eagerly(self, model: PreTrainedModel, inputs: dict[str, Any],
                              config: GenerationConfig) -> torch.Tensor:
         from pytest_fullgraph.decode import fullgraph_generate
 
-        return fullgraph_generate(model, inputs["input_ids"], inputs["attention_mask"], config)
+        return fullgraph_generate(model, inputs["input_ids"], inputs["attention_mask"], config, loop=self.loop)
 
     def run(self, model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig, backend: Any,
             fullgraph: bool) -> torch.Tensor:
@@ -177,7 +186,40 @@ class DecodeLevel(_TorchCompileLevel):
         def compiler(loop: Callable[..., Any]) -> Callable[..., Any]:
             return torch.compile(loop, fullgraph=fullgraph, backend=backend)
 
-        return fullgraph_generate(model, inputs["input_ids"], inputs["attention_mask"], config, compiler=compiler)
+        return fullgraph_generate(model, inputs["input_ids"], inputs["attention_mask"], config, compiler=compiler,
+                                  loop=self.loop)
+
+
+class WhileLevel(DecodeLevel):
+    """The loop's ``while_loop`` form: the same judgement as ``decode`` (one graph, ``generate``'s tokens) for a
+    graph that does not grow with the tokens generated, so its compile cost stays flat."""
+
+    name = "while"
+    description = ("fullgraph_generate(loop='while'): the decode steps as one torch.while_loop body, compiled with "
+                   "fullgraph=True: exactly one graph, whatever max_new_tokens")
+    own_loop = "fullgraph_generate(loop='while')"
+    loop = "while"
+
+
+class While64Level(WhileLevel):
+    """The ``while`` form at 64 new tokens, in the slow tier: where the unrolled form's compile cost (about
+    seven minutes per check under inductor on CPU) rules it out, and sliding windows of 16 fill and slide."""
+
+    name = "while64"
+    description = "the while level at 64 new tokens (slow tier)"
+    slow_only = True
+    tokens = 64
+
+    def max_new_tokens(self, run_tokens: int) -> int:
+        return self.tokens
+
+
+class While256Level(While64Level):
+    """The ``while`` form at 256 new tokens, the length at which transformers PR #30788's compile was killed."""
+
+    name = "while256"
+    description = "the while level at 256 new tokens (slow tier)"
+    tokens = 256
 
 
 class ExportLevel(DecodeLevel):
@@ -247,7 +289,8 @@ class Levels:
 
 
 #: The built-in levels, in their canonical order (test ids, report columns).
-BUILTIN_LEVELS: tuple[type[Level], ...] = (ForwardLevel, GenerateLevel, DecodeLevel, ExportLevel)
+BUILTIN_LEVELS: tuple[type[Level], ...] = (ForwardLevel, GenerateLevel, DecodeLevel, ExportLevel, WhileLevel,
+                                           While64Level, While256Level)
 BUILTIN_LEVEL_NAMES = tuple(level.name for level in BUILTIN_LEVELS)
 
 

@@ -129,7 +129,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def _axes(session: FullgraphSession) -> dict[str, tuple[str, ...]]:
     """The parametrized fixtures and their values, in test-id order; the same on every xdist worker."""
     return {"fullgraph_model_name": session.settings.models, "fullgraph_scenario": tuple(SCENARIOS),
-            "fullgraph_level": tuple(session.levels), "fullgraph_dtype": session.settings.dtypes}
+            "fullgraph_level": session.collected_levels(), "fullgraph_dtype": session.settings.dtypes}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

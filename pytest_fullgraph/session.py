@@ -103,17 +103,27 @@ class FullgraphSession:
             if value not in allowed:
                 raise pytest.UsageError(f"unknown {what} {value!r}; valid: {', '.join(allowed)}")
         model = self.model(model_name, dtype)
+        tokens = self.max_new_tokens(level)
         if isinstance(model, KnownLimitation):
-            result = CheckResult(model_name, scenario, level, self.settings.backend, self.settings.max_new_tokens,
-                                 SKIP, f"skipped: {model}", dtype=dtype)
+            result = CheckResult(model_name, scenario, level, self.settings.backend, tokens, SKIP, f"skipped: {model}",
+                                 dtype=dtype)
         else:
             result = run_check(model, model_name, SCENARIOS[scenario], self.levels[level], self.settings.backend,
-                               self.settings.max_new_tokens, diagnose=self.settings.breaks == "all",
+                               tokens, diagnose=self.settings.breaks == "all",
                                timeout=self.settings.timeout, artifacts=self.settings.artifacts_dir)
         if isinstance(model, BaseException):
             result.dtype = dtype  # a model that failed to build has no dtype of its own to report
         result.model_class, result.parameters, result.can_compile_fullgraph = self.facts(model_name, model)
         return result
+
+    def max_new_tokens(self, level: str) -> int:
+        """Tokens the checks of ``level`` generate: the run's ``max_new_tokens`` unless the level fixes its own."""
+        return self.levels[level].max_new_tokens(self.settings.max_new_tokens) if level in self.levels else (
+            self.settings.max_new_tokens)
+
+    def collected_levels(self) -> tuple[str, ...]:
+        """The levels of the test ids: all of them in the slow tier; without it, those not ``slow_only``."""
+        return tuple(name for name in self.levels if self.settings.run_slow or not self.levels[name].slow_only)
 
     def facts(self, name: str, model: Any) -> tuple[str, int | None, bool | None]:
         """Class, parameter count and ``_can_compile_fullgraph`` of a model; from its transformers type's class
@@ -159,6 +169,6 @@ class FullgraphSession:
         for model, scenario, level, dtype in itertools.product(*axes):
             if parameters == f"{model}-{scenario}-{level}-{dtype}":
                 self.record(nodeid, CheckResult(
-                    model, scenario, level, self.settings.backend, self.settings.max_new_tokens, ERROR,
+                    model, scenario, level, self.settings.backend, self.max_new_tokens(level), ERROR,
                     f"worker {worker} crashed while running this check ({nodeid})", dtype=dtype))
                 return

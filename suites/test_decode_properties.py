@@ -47,9 +47,8 @@ def generation_cases(draw: st.DrawFn, vocab: int, loops: tuple[str, ...]) -> dic
         "do_sample": draw(st.booleans()),
         "eos_token_id": eos,
         "pad_token_id": tiny.PAD_TOKEN_ID,
-        # the while_loop form refuses processors that read the growing sequence
-        "repetition_penalty": draw(st.sampled_from([None, 1.3])) if loop == "unrolled" else None,
-        "min_new_tokens": draw(st.sampled_from([None, 2])) if loop == "unrolled" else None,
+        "repetition_penalty": draw(st.sampled_from([None, 1.3])),
+        "min_new_tokens": draw(st.sampled_from([None, 2])),
     }
     if config["do_sample"]:
         config.update(temperature=draw(st.sampled_from([0.6, 1.0, 1.5])),

@@ -43,7 +43,7 @@ def test_suite_on_adds_the_checks_to_explicit_paths(pytester: pytest.Pytester) -
                                 "--collect-only", "-q")
     collected = [line for line in result.outlines if "::" in line]
     assert "test_mine.py::test_mine" in collected
-    assert sum("test_conformance.py::test_generation_compiles_exactly[llama-" in line for line in collected) == 16
+    assert sum("test_conformance.py::test_generation_compiles_exactly[llama-" in line for line in collected) == 20
 
 
 def test_in_this_repository_the_suite_is_collected_once() -> None:
@@ -51,8 +51,18 @@ def test_in_this_repository_the_suite_is_collected_once() -> None:
                                 "--fullgraph-models=llama"], cwd=REPOSITORY, capture_output=True, text=True,
                                check=False)
     ids = [line for line in completed.stdout.splitlines() if "::" in line]
-    assert len(ids) == len(set(ids)) == 16 + 3, completed.stdout  # 16 checks, the property, CUDA and shapes tests
+    # 4 scenarios x 5 levels, the property, CUDA and shapes tests
+    assert len(ids) == len(set(ids)) == 20 + 3, completed.stdout
     assert all(line.startswith("suites/") for line in ids)
+
+
+def test_the_slow_tier_adds_the_long_while_levels() -> None:
+    """while64 and while256 are collected with RUN_SLOW only: a pull request's tier does not pay for them."""
+    completed = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                                "--fullgraph-models=llama", "suites/test_conformance.py"], cwd=REPOSITORY,
+                               capture_output=True, text=True, check=False, env={**os.environ, "RUN_SLOW": "1"})
+    levels = {line.rsplit("-", 2)[1] for line in completed.stdout.splitlines() if "::" in line}
+    assert levels == {"forward", "generate", "decode", "export", "while", "while64", "while256"}, completed.stdout
 
 
 #: The README's "Your model, your repository" conftest, at a size that keeps this test quick.

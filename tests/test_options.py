@@ -116,9 +116,9 @@ def test_parametrization_ids_are_model_scenario_level(pytester: pytest.Pytester)
                         "    pass\n")
     result = run_here(pytester, "--collect-only", "-q", "--fullgraph-models=gemma,llama")
     ids = [line.split("[")[1].rstrip("]") for line in result.outlines if "::test_case[" in line]
-    assert ids[:5] == ["gemma-greedy-forward", "gemma-greedy-generate", "gemma-greedy-decode",
-                       "gemma-greedy-export", "gemma-sample-forward"]
-    assert len(ids) == 2 * 4 * 4 and "llama-padded-export" in ids
+    assert ids[:6] == ["gemma-greedy-forward", "gemma-greedy-generate", "gemma-greedy-decode",
+                       "gemma-greedy-export", "gemma-greedy-while", "gemma-sample-forward"]
+    assert len(ids) == 2 * 4 * 5 and "llama-padded-while" in ids
 
 
 def test_registry_rejects_duplicates_and_bad_names() -> None:

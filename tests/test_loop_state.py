@@ -1,0 +1,112 @@
+"""The ``while_loop`` form does what the unrolled form does: every kind of cache layer carried as loop state,
+processors that read the growing sequence, EOS lists, left padding, batch 1; what it cannot do is named."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from transformers import GenerationConfig
+
+from pytest_fullgraph import build_tiny, run_check
+from pytest_fullgraph.decode import UnsupportedGeneration, fullgraph_generate
+from pytest_fullgraph.generation import generate_fn
+from pytest_fullgraph.loop_state import CarriedCache, WholeSlidingLayer, loop_cache
+
+#: more new tokens than the tiny configs' sliding window (16): the window fills and slides inside the loop
+PAST_THE_WINDOW = 20
+
+
+def both_forms_equal_generate(name: str, ids: torch.Tensor, mask: torch.Tensor | None,
+                              **settings: Any) -> torch.Tensor:
+    model = build_tiny(name)
+    config = GenerationConfig(pad_token_id=0, **settings)
+    torch.manual_seed(3)
+    expected = generate_fn(model)(input_ids=ids, attention_mask=mask, generation_config=config)
+    for loop in ("unrolled", "while"):
+        torch.manual_seed(3)
+        got = fullgraph_generate(model, ids, mask, config, loop=loop)
+        assert torch.equal(got, expected), f"{name} loop={loop}: {got.tolist()} != {expected.tolist()}"
+    return expected
+
+
+PROMPTS = torch.tensor([[0, 0, 5, 6, 7, 8], [9, 10, 11, 12, 13, 14], [15, 16, 17, 18, 19, 20]])
+
+
+@pytest.mark.parametrize("name", ["gemma2", "mamba", "qwen3_next", "falcon_h1"])
+def test_sliding_recurrent_and_hybrid_layers_are_carried(name: str) -> None:
+    """gemma2 (sliding and full layers, past its window), mamba (conv and SSM states), qwen3_next (linear
+    attention beside full attention), falcon_h1 (hybrid layers carrying both)."""
+    both_forms_equal_generate(name, PROMPTS, (PROMPTS != 0).long(), max_new_tokens=PAST_THE_WINDOW,
+                              do_sample=False, eos_token_id=None)
+
+
+@pytest.mark.parametrize("settings", [
+    {"repetition_penalty": 1.5},
+    {"min_new_tokens": 6, "eos_token_id": [1, 2, 3]},
+    {"do_sample": True, "top_k": 12, "temperature": 0.8, "repetition_penalty": 1.2},
+], ids=["repetition_penalty", "min_new_tokens", "sampled_with_penalty"])
+def test_processors_that_read_the_sequence_see_its_valid_part(settings: dict[str, Any]) -> None:
+    settings = {"do_sample": False, "eos_token_id": None, **settings}
+    both_forms_equal_generate("llama", PROMPTS, (PROMPTS != 0).long(), max_new_tokens=10, **settings)
+
+
+def test_repetition_penalty_really_changes_the_tokens() -> None:
+    """Otherwise the test above could pass with the penalty ignored."""
+    plain = both_forms_equal_generate("llama", PROMPTS, None, max_new_tokens=10, do_sample=False, eos_token_id=None)
+    penalised = both_forms_equal_generate("llama", PROMPTS, None, max_new_tokens=10, do_sample=False,
+                                          eos_token_id=None, repetition_penalty=3.0)
+    assert not torch.equal(plain, penalised)
+
+
+def test_min_new_tokens_holds_eos_back_and_eos_lists_stop_rows() -> None:
+    model = build_tiny("llama")
+    ids = PROMPTS[1:]
+    free = generate_fn(model)(input_ids=ids, max_new_tokens=8, do_sample=False, pad_token_id=0, eos_token_id=None)
+    eos = [int(free[0, 7]), int(free[1, 9])]  # tokens the rows really emit: both stop early
+    stopped = both_forms_equal_generate("llama", ids, None, max_new_tokens=8, do_sample=False, eos_token_id=eos)
+    held = both_forms_equal_generate("llama", ids, None, max_new_tokens=8, do_sample=False, eos_token_id=eos,
+                                     min_new_tokens=5)
+    assert stopped.shape[1] < held.shape[1] or not torch.equal(stopped, held[:, :stopped.shape[1]])
+
+
+def test_batch_of_one() -> None:
+    both_forms_equal_generate("gemma2", PROMPTS[1:2], None, max_new_tokens=PAST_THE_WINDOW, do_sample=False,
+                              eos_token_id=None)
+
+
+def test_a_processor_one_traced_step_cannot_repeat_is_named() -> None:
+    model = build_tiny("llama")
+    config = GenerationConfig(max_new_tokens=4, do_sample=False, pad_token_id=0, no_repeat_ngram_size=2)
+    with pytest.raises(UnsupportedGeneration, match=r"^loop='while' does not support NoRepeatNGramLogitsProcessor"):
+        fullgraph_generate(model, PROMPTS, None, config, loop="while")
+
+
+def test_a_cache_layer_it_cannot_carry_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    from transformers.cache_utils import STATIC_LAYER_TYPE_MAPPING, StaticLayer
+
+    class CountsInPython(StaticLayer):
+        pass
+
+    monkeypatch.setitem(STATIC_LAYER_TYPE_MAPPING, "full_attention", CountsInPython)
+    with pytest.raises(UnsupportedGeneration, match=r"cannot carry cache layer CountsInPython of LlamaForCausalLM"):
+        loop_cache(build_tiny("llama"), 8)
+
+
+def test_sliding_layers_keep_every_position_and_every_tensor_is_carried() -> None:
+    model = build_tiny("gemma2")
+    cache = loop_cache(model, 40)
+    assert {type(layer).__name__ for layer in cache.layers} == {"StaticLayer", "WholeSlidingLayer"}
+    assert all(layer.max_cache_len == 40 for layer in cache.layers if isinstance(layer, WholeSlidingLayer))
+    model(input_ids=PROMPTS, cache=cache, use_cache=True)
+    carried = CarriedCache(cache)
+    assert {slot.attribute for slot in carried.slots} == {"keys", "values", "cumulative_length"}
+    rebuilt = carried.rebuild(carried.tensors())
+    assert rebuilt.layers[0] is not cache.layers[0] and rebuilt.layers[0].keys is not cache.layers[0].keys
+    assert all(torch.equal(a, b) for a, b in zip(carried.tensors(rebuilt), carried.tensors(), strict=True))
+
+
+def test_the_while_level_is_one_graph_with_generates_tokens_past_the_window() -> None:
+    result = run_check(build_tiny("gemma2"), "gemma2", "padded", "while", "eager", PAST_THE_WINDOW)
+    assert (result.outcome, result.graph_count) == ("pass", 1), result.message
