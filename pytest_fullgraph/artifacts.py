@@ -11,7 +11,7 @@ tokens, measured), and a program from another torch may not load or may load and
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,8 +24,9 @@ METADATA_SCHEMA = "pytest_fullgraph/generation-artifact"
 METADATA_VERSION = 1
 METADATA_SUFFIX = ".json"
 
-#: What an artifact's loader returns: the program's own outputs, ``(sequences, steps)``.
-RawProgram = Callable[["torch.Tensor", "torch.Tensor"], tuple["torch.Tensor", "torch.Tensor"]]
+#: What an artifact's loader returns: the program, taking its inputs (``input_ids``, ``attention_mask`` and, for the
+#: ``while`` form, ``max_new_tokens``) and returning its own outputs, ``(sequences, steps)``.
+RawProgram = Callable[..., tuple["torch.Tensor", "torch.Tensor"]]
 
 
 class ArtifactError(Exception):
@@ -57,7 +58,7 @@ def _load_pt2(path: Path) -> RawProgram:
     import torch
 
     module = torch.export.load(str(path)).module()
-    return lambda input_ids, attention_mask: module(input_ids, attention_mask)
+    return lambda *inputs: module(*inputs)
 
 
 def _write_aoti(program: ExportedProgram, path: Path) -> None:
@@ -70,14 +71,14 @@ def _load_aoti(path: Path) -> RawProgram:
     import torch._inductor
 
     runner = torch._inductor.aoti_load_package(str(path))
-    return lambda input_ids, attention_mask: tuple(runner(input_ids, attention_mask))
+    return lambda *inputs: tuple(runner(*inputs))
 
 
 #: The runtimes an exported generation can be saved for.
 RUNTIMES: dict[str, Runtime] = {runtime.name: runtime for runtime in (
-    Runtime("pt2", ".pt2", ("unrolled",), "torch.export.save: the ExportedProgram, run by torch.export.load",
+    Runtime("pt2", ".pt2", ("unrolled", "while"), "torch.export.save: the ExportedProgram, run by torch.export.load",
             _write_pt2, _load_pt2),
-    Runtime("aoti", ".aoti.pt2", ("unrolled",),
+    Runtime("aoti", ".aoti.pt2", ("unrolled", "while"),
             "an AOTInductor package (torch._inductor.aoti_compile_and_package): compiled C++ kernels, run by "
             "torch._inductor.aoti_load_package", _write_aoti, _load_aoti),
 )}  # fmt: skip
@@ -143,9 +144,10 @@ def read_metadata(artifact: str | Path) -> dict[str, Any]:
     return data
 
 
-def load_generate(path: str | Path) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+def load_generate(path: str | Path) -> Callable[..., torch.Tensor]:
     """Load an artifact ``save_generate`` wrote: the same callable as ``export_generate`` returns,
-    ``(input_ids, attention_mask) -> tokens``, trimmed like ``generate``.
+    ``(input_ids, attention_mask) -> tokens``, trimmed like ``generate`` (a ``while`` program also takes
+    ``max_new_tokens=``, up to the bound it was exported with).
 
     Refused with ``ArtifactError`` before anything runs: a missing or corrupted file, metadata of another format,
     a torch or transformers release other than the one that saved it; and, per call, inputs of other shapes or
@@ -167,28 +169,35 @@ def load_generate(path: str | Path) -> Callable[[torch.Tensor, torch.Tensor], to
     return _checked(program, metadata, str(artifact))
 
 
+def fits(shape: Sequence[int], ranges: list[list[int | None]]) -> bool:
+    """Whether a tensor of ``shape`` is one the program takes (``ranges``: per dimension [smallest, largest])."""
+    return len(shape) == len(ranges) and all(low is not None and low <= size and (high is None or size <= high)
+                                             for size, (low, high) in zip(shape, ranges, strict=True))
+
+
 def describe_shape(ranges: list[list[int | None]]) -> str:
     """(2, 8) for a fixed shape; (2.., 2..28) where dimensions range."""
     parts = [str(low) if low == high else f"{low}..{'' if high is None else high}" for low, high in ranges]
     return f"({', '.join(parts)})"
 
 
-def _checked(program: RawProgram, metadata: dict[str, Any], source: str
-             ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    from pytest_fullgraph.decode import trimmed
+def _checked(program: RawProgram, metadata: dict[str, Any], source: str) -> Callable[..., torch.Tensor]:
+    from pytest_fullgraph.decode import UnsupportedGeneration, generation_limit, trimmed
 
     expected = metadata["inputs"]
+    loop = str(metadata.get("loop", "unrolled"))
 
-    def run(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def run(input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int | None = None) -> torch.Tensor:
         for name, tensor in (("input_ids", input_ids), ("attention_mask", attention_mask)):
             ranges, dtype = expected[name]["shape"], expected[name]["dtype"]
-            fits = len(ranges) == tensor.dim() and all(
-                low <= size and (high is None or size <= high)
-                for size, (low, high) in zip(tensor.shape, ranges, strict=True))
-            if input_ids.shape != attention_mask.shape or not fits or str(tensor.dtype) != dtype:
+            if input_ids.shape != attention_mask.shape or not fits(tensor.shape, ranges) or str(tensor.dtype) != dtype:
                 raise ArtifactError(f"{source}: {name} is {tuple(tensor.shape)} {tensor.dtype}, but the program "
                                     f"takes {describe_shape(ranges)} {dtype} (input_ids and attention_mask alike)")
-        sequences, steps = program(input_ids, attention_mask)
+        try:
+            limit = generation_limit(loop, int(metadata["max_new_tokens"]), max_new_tokens, input_ids.device)
+        except UnsupportedGeneration as error:
+            raise ArtifactError(f"{source}: {error}") from None
+        sequences, steps = program(input_ids, attention_mask, *((limit,) if loop == "while" else ()))
         return trimmed(sequences, input_ids, steps)
 
     run.artifact_metadata = metadata  # type: ignore[attr-defined]

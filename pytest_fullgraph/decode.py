@@ -18,7 +18,7 @@ import inspect
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 
@@ -40,16 +40,24 @@ UNSUPPORTED_SETTINGS: dict[str, Any] = {
 
 
 class DecodeProgram(torch.nn.Module):
-    """The loop as a module, the form ``torch.export`` takes; it makes its own cache per call."""
+    """The loop as a module, the form ``torch.export`` takes; it makes its own cache per call.
 
-    def __init__(self, model: PreTrainedModel, plan: DecodePlan, cache_len: int) -> None:
+    The ``while`` form takes a third input, the tokens to generate this call (a 0-d int64 tensor, at most the
+    plan's ``max_new_tokens``, which sizes the buffers): one program for every length up to that bound.
+    """
+
+    def __init__(self, model: PreTrainedModel, plan: DecodePlan, cache_len: int, loop: str = "unrolled") -> None:
         super().__init__()
         self.model = model
         self.plan = plan
         self.cache_len = cache_len
+        self.loop = loop
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        cache = new_static_cache(self.model, self.cache_len)
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                max_new_tokens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        cache = new_cache(self.model, self.plan, self.cache_len, self.loop)
+        if self.loop == "while":
+            return decode_while_loop(self.model, self.plan, input_ids, attention_mask, cache, max_new_tokens)
         return decode_loop(self.model, self.plan, input_ids, attention_mask, cache)
 
 
@@ -226,15 +234,19 @@ def decode_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tenso
 
 
 def decode_while_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tensor,
-                      attention_mask: torch.Tensor, cache: Any) -> tuple[torch.Tensor, torch.Tensor]:
+                      attention_mask: torch.Tensor, cache: Any,
+                      limit: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The same generation with the decode steps as the body of ``while_loop``: its graph, and so its
     compile time, does not grow with ``max_new_tokens``; the loop exits as soon as every row has finished.
 
-    ``cache`` comes from ``loop_state.loop_cache``; its tensors are loop state (see ``loop_state``).
+    ``cache`` comes from ``loop_state.loop_cache``; its tensors are loop state (see ``loop_state``). ``limit``
+    (a 0-d tensor, at most ``plan.max_new_tokens``) stops it earlier, as ``generate(max_new_tokens=limit)``
+    would: the buffers stay sized for the plan, so an exported program serves every length up to it.
     """
     from torch._higher_order_ops import while_loop
 
-    batch, prompt_length = int(input_ids.shape[0]), int(input_ids.shape[1])
+    # sizes stay symbolic (no int()): an export with dynamic shapes would otherwise fix them to the example's
+    batch, prompt_length = input_ids.shape[0], input_ids.shape[1]
     position_ids = initial_positions(attention_mask)
     full_mask = torch.cat([attention_mask, attention_mask.new_ones((batch, plan.max_new_tokens - 1))], dim=-1)
     sequences = torch.cat([input_ids, input_ids.new_full((batch, plan.max_new_tokens), 0)], dim=-1)
@@ -243,17 +255,17 @@ def decode_while_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch
                    **_forward_kwargs(plan, position_ids)).logits
     unfinished = torch.ones(batch, dtype=torch.long, device=input_ids.device)
     tokens = _next_tokens(plan, plan.processors(cast(torch.LongTensor, input_ids), _last_scores(logits)), unfinished)
-    sequences = sequences.index_copy(1, torch.tensor([prompt_length], device=input_ids.device), tokens[:, None])
+    sequences = sequences.index_copy(1, torch.full((1,), prompt_length, device=input_ids.device), tokens[:, None])
     unfinished = _still_running(plan, tokens, unfinished)
     carried = loop_state.CarriedCache(cache)
     # valid tokens in ``sequences``; the next token is written at this index
-    length = torch.tensor(prompt_length + 1, device=input_ids.device)
+    length = torch.full((), prompt_length + 1, dtype=torch.long, device=input_ids.device)
     steps = torch.ones((), dtype=torch.long, device=input_ids.device)
     # carried state must keep one layout across steps: a fresh (batch, 1) tensor, whatever the batch size
     positions = position_ids[:, -1:].clone(memory_format=torch.contiguous_format)
 
     def condition(steps: torch.Tensor, *state: torch.Tensor) -> torch.Tensor:
-        return (steps < plan.max_new_tokens) & (state[2].max() > 0)
+        return (steps < (plan.max_new_tokens if limit is None else limit)) & (state[2].max() > 0)
 
     def body(steps: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, unfinished: torch.Tensor,
              length: torch.Tensor, sequences: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -322,6 +334,22 @@ def _json_settings(config: GenerationConfig) -> dict[str, Any]:
 PROMPT_LENGTH_SETTINGS = ("min_length", "min_new_tokens")
 
 
+class ExportedGeneration(Protocol):
+    """What ``export_generate`` returns: ``generate`` as one program, and what ``save_generate`` saves of it."""
+
+    exported_program: torch.export.ExportedProgram
+    #: the loop form, the settings baked in and the input shapes the program takes
+    artifact_metadata: dict[str, Any]
+
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                 max_new_tokens: int | None = None) -> torch.Tensor: ...
+
+
+#: Generation settings whose processors are built for the call's ``max_length``: a ``while`` program run for fewer
+#: tokens than its bound would apply them at the bound's length.
+MAX_LENGTH_SETTINGS = ("forced_eos_token_id",)
+
+
 def export_generate(
     model: PreTrainedModel,
     input_ids: torch.Tensor,
@@ -331,18 +359,29 @@ def export_generate(
     strict: bool = False,
     dynamic: bool = False,
     max_prompt_length: int | None = None,
-) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    loop: str = "unrolled",
+) -> ExportedGeneration:
     """``torch.export.export`` the whole generation loop.
 
     Returns a callable ``(input_ids, attention_mask) -> tokens`` that runs the ``ExportedProgram`` and trims
     like ``generate``. The generation settings are baked into the program; the cache lives inside it.
     ``dynamic=True`` exports one program for batch sizes from 2 up and prompt lengths up to
     ``max_prompt_length`` (default: twice the example's), with a cache sized for that longest prompt;
-    otherwise the program takes inputs of this shape only.
+    otherwise the program takes inputs of this shape only. ``loop="while"`` exports the ``while_loop`` form,
+    whose callable also takes ``max_new_tokens=`` (1 up to the config's, the default): one program for every
+    generation length up to that bound.
     """
+    if loop not in LOOPS:
+        raise UnsupportedGeneration(f"loop={loop!r} is not a loop form; use one of {', '.join(LOOPS)}")
     attention_mask, plan = prepare(model, input_ids, attention_mask, generation_config)
     cache_len = cache_length(input_ids, plan)
-    dynamic_shapes = None
+    dynamic_shapes: tuple[Any, ...] | None = None
+    if loop == "while":
+        for name in MAX_LENGTH_SETTINGS:
+            if getattr(plan.config, name, None) is not None:
+                raise UnsupportedGeneration(f"export_generate(loop='while') does not support {name}="
+                                            f"{getattr(plan.config, name)!r}: its processor is built for the "
+                                            "bound's max_length; export with loop='unrolled'")
     if dynamic:
         for name in PROMPT_LENGTH_SETTINGS:
             if getattr(plan.config, name, 0):
@@ -355,21 +394,42 @@ def export_generate(
                                         f"({int(input_ids.shape[1])})")
         cache_len = longest + plan.max_new_tokens  # the mask grows to prompt + new tokens inside the loop
         dynamic_shapes = ({0: torch.export.Dim.AUTO, 1: torch.export.Dim.AUTO},) * 2
-    program = torch.export.export(DecodeProgram(model, plan, cache_len), (input_ids, attention_mask),
+    example: tuple[torch.Tensor, ...] = (input_ids, attention_mask)
+    if loop == "while":
+        example += (torch.tensor(plan.max_new_tokens, device=input_ids.device),)
+        dynamic_shapes = (*dynamic_shapes, None) if dynamic_shapes is not None else None
+    program = torch.export.export(DecodeProgram(model, plan, cache_len, loop), example,
                                   dynamic_shapes=dynamic_shapes, strict=strict)
     module = program.module()
+    bound = plan.max_new_tokens
 
-    def run(run_input_ids: torch.Tensor, run_attention_mask: torch.Tensor) -> torch.Tensor:
-        sequences, steps = module(run_input_ids, run_attention_mask)
+    def run(run_input_ids: torch.Tensor, run_attention_mask: torch.Tensor,
+            max_new_tokens: int | None = None) -> torch.Tensor:
+        limit = generation_limit(loop, bound, max_new_tokens, run_input_ids.device)
+        extra = (limit,) if loop == "while" else ()
+        sequences, steps = module(run_input_ids, run_attention_mask, *extra)
         return trimmed(sequences, run_input_ids, steps)
 
-    run.exported_program = program  # type: ignore[attr-defined]
+    exported = cast(ExportedGeneration, run)
+    exported.exported_program = program
     # what pytest_fullgraph.artifacts saves beside the program: the settings baked in, the shapes it takes
-    run.artifact_metadata = {  # type: ignore[attr-defined]
-        "loop": "unrolled", "max_new_tokens": plan.max_new_tokens, "cache_len": cache_len,
-        "generation_config": _json_settings(plan.config), "inputs": input_ranges(program),
-    }
-    return run
+    exported.artifact_metadata = {"loop": loop, "max_new_tokens": bound, "cache_len": cache_len,
+                                  "generation_config": _json_settings(plan.config), "inputs": input_ranges(program)}
+    return exported
+
+
+def generation_limit(loop: str, bound: int, max_new_tokens: int | None, device: torch.device) -> torch.Tensor:
+    """The third input of a ``while`` program: ``max_new_tokens`` (default: the bound), checked against the
+    bound the program's buffers were sized for; an unrolled program takes no such input."""
+    if max_new_tokens is None:
+        max_new_tokens = bound
+    if loop != "while" and max_new_tokens != bound:
+        raise UnsupportedGeneration(f"an unrolled program generates its {bound} tokens; max_new_tokens="
+                                    f"{max_new_tokens} needs a program exported with loop='while'")
+    if not 1 <= max_new_tokens <= bound:
+        raise UnsupportedGeneration(f"max_new_tokens={max_new_tokens} is outside what this program takes "
+                                    f"(1 to {bound}, the max_new_tokens it was exported with)")
+    return torch.tensor(max_new_tokens, device=device)
 
 
 def input_ranges(program: torch.export.ExportedProgram) -> dict[str, dict[str, Any]]:
@@ -385,14 +445,14 @@ def input_ranges(program: torch.export.ExportedProgram) -> dict[str, dict[str, A
         value = node.meta["val"]
         dims: list[list[int | None]] = []
         for size in value.shape:
-            if isinstance(size, int):
-                dims.append([size, size])
+            if isinstance(size, int) or isinstance(size.node.expr, sympy.Integer):
+                dims.append([int(size), int(size)])  # fixed, or specialised while exporting
                 continue
             bounds = program.range_constraints[size.node.expr]
             # torch's own infinity (int_oo) claims to be finite: only a sympy Integer is a bound
             upper = int(bounds.upper) if isinstance(bounds.upper, sympy.Integer) else None
             dims.append([int(bounds.lower), upper])
-        ranges[("input_ids", "attention_mask")[user_inputs.index(node.name)]] = {
+        ranges[("input_ids", "attention_mask", "max_new_tokens")[user_inputs.index(node.name)]] = {
             "shape": dims, "dtype": str(value.dtype)}
     return ranges
 

@@ -1,5 +1,6 @@
 """One exported generation program serves several shapes: ``export_generate(dynamic=True)`` once, then batches and
-prompt lengths it was not traced with, each exactly ``model.generate``'s tokens."""
+prompt lengths it was not traced with, each exactly ``model.generate``'s tokens; the ``while_loop`` form's program
+also serves a shorter generation than the one it was exported for."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 import torch
 from transformers import GenerationConfig, PreTrainedModel
 
+from pytest_fullgraph.artifacts import describe_shape, fits
 from pytest_fullgraph.compare import first_difference
 from pytest_fullgraph.decode import UnsupportedGeneration, export_generate
 from pytest_fullgraph.generation import generate_fn
@@ -22,10 +24,20 @@ SHAPES = ((8, 5), (5, 2, 4), (12, 9))
 SEED = 7
 
 
-def test_one_exported_program_serves_three_shapes(fullgraph_model: PreTrainedModel,
-                                                  fullgraph_settings: Settings) -> None:
+def not_dynamic(message: str, strict: bool) -> None:
+    """The model, not the loop, keeps one program from serving every shape: xfail (failed when strict)."""
+    if strict:
+        pytest.fail(message, pytrace=False)
+    pytest.xfail(message)
+
+
+@pytest.mark.parametrize("loop", ["unrolled", "while"])
+def test_one_exported_program_serves_three_shapes(fullgraph_model: PreTrainedModel, fullgraph_settings: Settings,
+                                                  loop: str) -> None:
     """Greedy, left-padded; a model whose loop does not export is xfail with the reason (failed when strict)."""
     model: Any = fullgraph_model
+    bound = fullgraph_settings.max_new_tokens
+    lengths = (bound, max(1, bound // 2)) if loop == "while" else (bound,)
     config = GenerationConfig(max_new_tokens=fullgraph_settings.max_new_tokens, do_sample=False,
                               pad_token_id=tiny.PAD_TOKEN_ID)
     cases = [left_padded_prompts(list(lengths), SEED, vocab_size(model)) for lengths in SHAPES]
@@ -33,19 +45,26 @@ def test_one_exported_program_serves_three_shapes(fullgraph_model: PreTrainedMod
     with torch.no_grad(), model_generation_defaults(model, None):
         try:
             program = export_generate(model, cases[0]["input_ids"], cases[0]["attention_mask"], config,
-                                      dynamic=True, max_prompt_length=longest)
+                                      dynamic=True, max_prompt_length=longest, loop=loop)
         except UnsupportedGeneration as error:
             pytest.skip(f"export_generate does not support this model: {first_line(error)}")
         except Exception as error:  # torch.export's failures vary in type (dynamo's, guards', constraints')
-            message = f"the loop does not export with dynamic shapes: {type(error).__name__}: {first_line(error)}"
-            if fullgraph_settings.strict:
-                pytest.fail(message, pytrace=False)
-            pytest.xfail(message)
+            not_dynamic(f"the loop does not export with dynamic shapes: {type(error).__name__}: {first_line(error)}",
+                        fullgraph_settings.strict)
+        taken = program.artifact_metadata["inputs"]["input_ids"]["shape"]
+        outside = [tuple(case["input_ids"].shape) for case in cases if not fits(case["input_ids"].shape, taken)]
+        if outside:
+            not_dynamic(f"the exported program takes input_ids of {describe_shape(taken)} only: tracing the model "
+                        f"fixed a size (its code branches on it), so shapes {outside} need programs of their own",
+                        fullgraph_settings.strict)
         for case in cases:
-            expected = generate_fn(model)(**case, generation_config=config)
-            tokens = program(case["input_ids"], case["attention_mask"])
-            shape = tuple(case["input_ids"].shape)
-            if not torch.equal(tokens, expected):
-                where = first_difference(expected, tokens, shape[1])
-                pytest.fail(f"shape {shape}: the exported program differs from generate at "
-                            f"{where.describe('exported')}", pytrace=False)
+            for new_tokens in lengths:
+                expected = generate_fn(model)(**case, generation_config=GenerationConfig(
+                    **{**config.to_diff_dict(), "max_new_tokens": new_tokens}))
+                tokens = program(case["input_ids"], case["attention_mask"],
+                                 **({"max_new_tokens": new_tokens} if loop == "while" else {}))
+                shape = tuple(case["input_ids"].shape)
+                if not torch.equal(tokens, expected):
+                    where = first_difference(expected, tokens, shape[1])
+                    pytest.fail(f"shape {shape}, {new_tokens} new tokens: the exported program differs from "
+                                f"generate at {where.describe('exported')}", pytrace=False)

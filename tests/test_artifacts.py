@@ -21,7 +21,8 @@ import sys, torch
 from pytest_fullgraph import load_generate
 generate = load_generate(sys.argv[1])
 for case in torch.load(sys.argv[2]):
-    tokens = generate(case["input_ids"], case["attention_mask"])
+    lengths = {"max_new_tokens": case["max_new_tokens"]} if "max_new_tokens" in case else {}
+    tokens = generate(case["input_ids"], case["attention_mask"], **lengths)
     same = torch.equal(tokens, case["expected"])
     print("equal" if same else f"differ: {tokens.tolist()} {case['expected'].tolist()}")
 """
@@ -59,6 +60,36 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "static": export_generate(model, *example, config), "inputs": inputs, "directory": directory}
 
 
+#: The while form's bound, past the tiny gemma2's sliding window (16), and the lengths one program serves.
+WHILE_BOUND, WHILE_LENGTHS = 20, (5, 20)
+
+
+@pytest.fixture(scope="module")
+def exported_while(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """gemma2's greedy generation in the ``while`` form, exported once for batch sizes from 2, prompts up to 16
+    and any length up to ``WHILE_BOUND``, with generate's tokens for every shape and length."""
+    from transformers import GenerationConfig
+
+    from pytest_fullgraph.decode import export_generate
+
+    model = build_tiny("gemma2")
+    cases = []
+    for batch, length in SHAPES:
+        input_ids, attention_mask = left_padded(batch, length)
+        for new_tokens in WHILE_LENGTHS:
+            config = GenerationConfig(max_new_tokens=new_tokens, do_sample=False, pad_token_id=0, eos_token_id=None)
+            expected = cast(Any, model).generate(input_ids, attention_mask=attention_mask, generation_config=config)
+            cases.append({"input_ids": input_ids, "attention_mask": attention_mask, "expected": expected,
+                          "max_new_tokens": new_tokens})
+    directory = tmp_path_factory.mktemp("while_artifacts")
+    inputs = directory / "cases.pt"
+    torch.save(cases, inputs)
+    config = GenerationConfig(max_new_tokens=WHILE_BOUND, do_sample=False, pad_token_id=0, eos_token_id=None)
+    program = export_generate(model, cases[0]["input_ids"], cases[0]["attention_mask"], config, dynamic=True,
+                              max_prompt_length=16, loop="while")
+    return {"generate": program, "inputs": inputs, "directory": directory}
+
+
 def load_in_a_fresh_process(artifact: Path, inputs: Path) -> str:
     completed = subprocess.run([sys.executable, "-c", LOAD_IN_A_FRESH_PROCESS, str(artifact), str(inputs)],
                                capture_output=True, text=True, timeout=300, check=False)
@@ -72,6 +103,34 @@ def test_a_saved_generation_gives_generates_tokens_in_a_fresh_process(exported: 
     artifact = save_generate(exported["generate"], exported["directory"] / "llama", runtime=runtime, model="llama")
     assert artifact.name == "llama" + RUNTIMES[runtime].suffix
     assert load_in_a_fresh_process(artifact, exported["inputs"]).splitlines() == ["equal"] * len(SHAPES)
+
+
+@pytest.mark.parametrize("runtime", list(RUNTIMES))
+def test_a_saved_while_program_serves_every_shape_and_length_in_a_fresh_process(exported_while: dict[str, Any],
+                                                                                runtime: str) -> None:
+    """One while_loop program, saved, loaded in a new process: three shapes, two lengths, generate's tokens."""
+    artifact = save_generate(exported_while["generate"], exported_while["directory"] / "gemma2", runtime=runtime,
+                             model="gemma2")
+    lines = load_in_a_fresh_process(artifact, exported_while["inputs"]).splitlines()
+    assert lines == ["equal"] * len(SHAPES) * len(WHILE_LENGTHS)
+
+
+def test_a_while_program_takes_lengths_up_to_its_bound_and_an_unrolled_one_only_its_own(
+        exported_while: dict[str, Any], exported: dict[str, Any]) -> None:
+    artifact = save_generate(exported_while["generate"], exported_while["directory"] / "bound")
+    metadata = json.loads(metadata_path(artifact).read_text())
+    assert (metadata["loop"], metadata["max_new_tokens"]) == ("while", WHILE_BOUND)
+    assert metadata["inputs"]["max_new_tokens"] == {"shape": [], "dtype": "torch.int64"}
+    loaded = load_generate(artifact)
+    ids, mask = left_padded(2, 8)
+    for wrong in (0, WHILE_BOUND + 1):
+        with pytest.raises(ArtifactError, match=rf"max_new_tokens={wrong} is outside what this program takes "
+                                                rf"\(1 to {WHILE_BOUND}, "):
+            loaded(ids, mask, max_new_tokens=wrong)
+    unrolled = load_generate(save_generate(exported["static"], exported["directory"] / "fixed_length"))
+    with pytest.raises(ArtifactError, match=r"an unrolled program generates its 4 tokens; max_new_tokens=3 needs a "
+                                            r"program exported with loop='while'"):
+        unrolled(ids, mask, max_new_tokens=3)
 
 
 def test_the_metadata_says_what_is_baked_in_and_what_it_takes(exported: dict[str, Any]) -> None:
@@ -166,5 +225,8 @@ def test_the_suite_saves_each_passing_export_checks_program(toy_project: pytest.
 def test_the_suite_checks_one_exported_program_over_three_shapes(toy_project: pytest.Pytester) -> None:
     result = toy_project.runpytest("--fullgraph-models=toy,toy_drift", "-k", "serves_three_shapes",
                                    "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["*shape (2, 8): the exported program differs from generate at row *"])
+    result.assert_outcomes(passed=2, failed=2)  # each loop form
+    result.stdout.fnmatch_lines(["*test_one_exported_program_serves_three_shapes[[]toy_drift-unrolled[]]*",
+                                 "shape (2, 8), 4 new tokens: the exported program differs from generate at row *",
+                                 "*test_one_exported_program_serves_three_shapes[[]toy_drift-while[]]*",
+                                 "shape (2, 8), 4 new tokens: the exported program differs from generate at row *"])
