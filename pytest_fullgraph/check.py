@@ -156,6 +156,7 @@ def run_check(
     diagnose: bool = True,
     timeout: float = 0,
     artifacts: Path | None = None,
+    artifact_runtime: str = "pt2",
 ) -> CheckResult:
     """Run one check; never raises for a model's or compiler's failure: that becomes the outcome.
 
@@ -197,7 +198,7 @@ def run_check(
                     stage = "compiled generation"
                     _compile_and_compare(result, model, inputs, config, level, scenario.seed, eager, diagnose)
                     if artifacts is not None and result.outcome == PASS:
-                        _save_artifact(result, level, artifacts)
+                        _save_artifact(result, level, artifacts, artifact_runtime)
             except Exception as error:  # isolate: one model's crash is that check's outcome, nothing more
                 located = breaks.record_from_exception(error)
                 where = f" at {located.where()}" if located.file else ""
@@ -224,10 +225,10 @@ def run_check(
     return result
 
 
-def _save_artifact(result: CheckResult, level: Level, directory: Path) -> None:
+def _save_artifact(result: CheckResult, level: Level, directory: Path, runtime: str) -> None:
     """Only a program that gave exactly eager's tokens is saved; a failure to save is noted, the verdict stands."""
     try:
-        saved = level.save_artifact(directory / result.check_id, result.model)
+        saved = level.save_artifact(directory / result.check_id, result.model, runtime)
     except Exception as error:
         result.message += f"; saving the artifact failed ({type(error).__name__}: {first_line(error)})"
         return

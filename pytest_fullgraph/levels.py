@@ -109,9 +109,10 @@ class Level:
         """Run once more so that dynamo reports every break (not just the first) through ``backend.trace``.
         Only checks that failed under fullgraph pay for this."""
 
-    def save_artifact(self, path: Path, model_name: str) -> Path | None:
-        """Save what the last ``run_compiled`` produced as a shippable artifact at ``path`` (``--fullgraph-artifacts``;
-        called only after it gave exactly eager's tokens); None for levels that produce nothing to ship."""
+    def save_artifact(self, path: Path, model_name: str, runtime: str = "pt2") -> Path | None:
+        """Save what the last ``run_compiled`` produced as a shippable artifact at ``path`` for ``runtime``
+        (``--fullgraph-artifacts``, ``--fullgraph-artifact-runtime``; called only after it gave exactly eager's
+        tokens); None for levels that produce nothing to ship."""
         return None
 
 
@@ -247,11 +248,11 @@ class ExportLevel(DecodeLevel):
         self._last_program = program
         return program(inputs["input_ids"], inputs["attention_mask"])
 
-    def save_artifact(self, path: Path, model_name: str) -> Path | None:
+    def save_artifact(self, path: Path, model_name: str, runtime: str = "pt2") -> Path | None:
         from pytest_fullgraph.artifacts import save_generate
 
         program, self._last_program = self._last_program, None
-        return save_generate(program, path, runtime="pt2", model=model_name) if program is not None else None
+        return save_generate(program, path, runtime=runtime, model=model_name) if program is not None else None
 
 
 class Levels:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_fullgraph.artifacts import RUNTIMES
 from pytest_fullgraph.models import Registry
 from pytest_fullgraph.report.schema import ReportError
 from pytest_fullgraph.report.schema import load as load_report
@@ -53,6 +54,8 @@ class Settings:
     timeout: float = DEFAULT_TIMEOUT
     #: where passing export checks save their programs (``--fullgraph-artifacts``), or None
     artifacts_dir: Path | None = None
+    #: how passing export checks' programs are saved (``artifacts.RUNTIMES``)
+    artifact_runtime: str = "pt2"
     #: this run's part of the selection (``--fullgraph-shard``), as "I/N"; None when unsharded
     shard: str | None = None
 
@@ -98,6 +101,10 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--fullgraph-artifacts", dest="fullgraph_artifacts", metavar="DIR", default=None,
                     help="Save each passing export check's program into DIR as <check id>.pt2 with its metadata, "
                          "loadable with pytest_fullgraph.load_generate (ini: fullgraph_artifacts)")
+    group.addoption("--fullgraph-artifact-runtime", dest="fullgraph_artifact_runtime", metavar="RUNTIME",
+                    default=None,
+                    help=f"How --fullgraph-artifacts saves programs: {', '.join(RUNTIMES)} (default: pt2; aoti builds "
+                         "an AOTInductor package per program, tens of seconds each; ini: fullgraph_artifact_runtime)")
     group.addoption("--fullgraph-breaks", dest="fullgraph_breaks", metavar="MODE", default=None,
                     help="'all': a check that breaks runs once more without fullgraph to record every break "
                          "(default); 'first': record only the first break, faster (ini: fullgraph_breaks)")
@@ -116,6 +123,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("fullgraph_dtype", "Default for --fullgraph-dtype", default=None)
     parser.addini("fullgraph_backend", "Default for --fullgraph-backend", default=None)
     parser.addini("fullgraph_max_new_tokens", "Default for --fullgraph-max-new-tokens", default=None)
+    parser.addini("fullgraph_artifact_runtime", "Default for --fullgraph-artifact-runtime", default=None)
     parser.addini("fullgraph_breaks", "Default for --fullgraph-breaks", default=None)
     parser.addini("fullgraph_report", "Default for --fullgraph-report", default=None)
     parser.addini("fullgraph_artifacts", "Default for --fullgraph-artifacts", default=None)
@@ -235,6 +243,9 @@ def resolve_settings(config: pytest.Config, registry: Registry) -> Settings:
     report_dir = Path(report_value) if report_value else None
     artifacts_value, _ = _pick(config, "fullgraph_artifacts")
     artifacts_dir = Path(artifacts_value).resolve() if artifacts_value else None
+    runtime_value, runtime_source = _pick(config, "fullgraph_artifact_runtime")
+    artifact_runtime = "pt2" if runtime_value is None else parse_choice(runtime_value, runtime_source,
+                                                                         tuple(RUNTIMES), "an artifact runtime")
     breaks_value, breaks_source = _pick(config, "fullgraph_breaks")
     breaks = "all" if breaks_value is None else parse_choice(breaks_value, breaks_source, BREAK_MODES,
                                                               "a break mode")
@@ -247,7 +258,8 @@ def resolve_settings(config: pytest.Config, registry: Registry) -> Settings:
     return Settings(models=models, backend=backend, max_new_tokens=max_new_tokens, run_slow=run_slow,
                     strict=strict, report_dir=report_dir, breaks=breaks, suite=suite,
                     models_selected=models_value is not None, dtypes=dtypes, timeout=timeout,
-                    artifacts_dir=artifacts_dir, shard=shard.label if shard else None)
+                    artifacts_dir=artifacts_dir, artifact_runtime=artifact_runtime,
+                    shard=shard.label if shard else None)
 
 
 def resolve_shard(config: pytest.Config) -> Shard | None:

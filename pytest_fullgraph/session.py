@@ -110,7 +110,8 @@ class FullgraphSession:
         else:
             result = run_check(model, model_name, SCENARIOS[scenario], self.levels[level], self.settings.backend,
                                tokens, diagnose=self.settings.breaks == "all",
-                               timeout=self.settings.timeout, artifacts=self.settings.artifacts_dir)
+                               timeout=self.settings.timeout, artifacts=self.settings.artifacts_dir,
+                               artifact_runtime=self.settings.artifact_runtime)
         if isinstance(model, BaseException):
             result.dtype = dtype  # a model that failed to build has no dtype of its own to report
         result.model_class, result.parameters, result.can_compile_fullgraph = self.facts(model_name, model)

@@ -230,3 +230,26 @@ def test_the_suite_checks_one_exported_program_over_three_shapes(toy_project: py
                                  "shape (2, 8), 4 new tokens: the exported program differs from generate at row *",
                                  "*test_one_exported_program_serves_three_shapes[[]toy_drift-while[]]*",
                                  "shape (2, 8), 4 new tokens: the exported program differs from generate at row *"])
+
+
+def test_the_suite_saves_for_the_runtime_chosen(toy_project: pytest.Pytester, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--fullgraph-artifact-runtime`` picks the row of ``RUNTIMES``; a stand-in row keeps this test from paying
+    for an AOTInductor build (the aoti row itself is tested in a fresh process above)."""
+    import dataclasses
+
+    from pytest_fullgraph import artifacts
+
+    stand_in = dataclasses.replace(RUNTIMES["pt2"], name="standin", suffix=".standin.pt2")
+    monkeypatch.setitem(artifacts.RUNTIMES, "standin", stand_in)
+    saved = tmp_path / "artifacts"
+    result = toy_project.runpytest("--fullgraph-models=toy", "-k", "greedy-export", "-p", "no:cacheprovider",
+                                   f"--fullgraph-artifacts={saved}", "--fullgraph-artifact-runtime=standin")
+    result.assert_outcomes(passed=1)
+    assert sorted(path.name for path in saved.iterdir()) == ["toy-greedy-export-float32.standin.pt2",
+                                                             "toy-greedy-export-float32.standin.pt2.json"]
+    metadata = json.loads((saved / "toy-greedy-export-float32.standin.pt2.json").read_text())
+    assert metadata["runtime"] == "standin"
+    result = toy_project.runpytest("--fullgraph-models=toy", "--fullgraph-artifact-runtime=pte")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--fullgraph-artifact-runtime='pte' is not an artifact runtime; use one of pt2, aoti*"])
