@@ -2,11 +2,18 @@
 
     python bench/generation.py scaling --model llama --backends eager aot_eager inductor --tokens 4 16 64
     python bench/generation.py table --model llama --backend aot_eager --batch 1 4 --tokens 16 64
+    python bench/generation.py cost --models popular --tokens 16 256
+    python bench/generation.py throughput --models popular --tokens 64
 
 ``scaling``: compile time (first call) and peak RSS of ``fullgraph_generate`` compiled with fullgraph=True,
 each measurement in a fresh process so memory and caches do not leak between them.
 ``table``: the table of transformers PR #30788: first-call and per-token time of (a) generate with the dynamic
 cache, (b) with a static cache, (c) static cache + compiled forward, (d) our loop compiled.
+``cost``: per model, compile + first call and peak RSS of the ``while_loop`` form under inductor at each token count,
+and the ratio of the longest to the shortest (issue #10's target: at most 1.1).
+``throughput``: per model, steady tokens/s of our ``while_loop`` loop exported and packaged with AOTInductor, against
+``generate`` with a static cache and a forward compiled by inductor (transformers' supported path) and against
+the default dynamic-cache ``generate`` (issue #10's target: at least 4x the static + compiled-forward path).
 With CUDA available, compiled variants use mode="reduce-overhead".
 """
 
@@ -73,7 +80,25 @@ def measure_one(variant: str, model_name: str, backend: str, batch: int, tokens:
     model = _build(model_name)
     input_ids, attention_mask = _inputs(model, batch)
 
-    if variant.startswith("ours_compiled"):
+    if variant == "ours_aoti":
+        import tempfile
+
+        from pytest_fullgraph import load_generate, save_generate
+        from pytest_fullgraph.decode import export_generate
+
+        directory = tempfile.mkdtemp(prefix="fullgraph-bench-")
+
+        def build_program() -> Any:
+            program = export_generate(model, input_ids, attention_mask, _config(tokens), loop="while")
+            return load_generate(save_generate(program, f"{directory}/{model_name}", runtime="aoti"))
+
+        packaged: list[Any] = []
+
+        def run() -> Any:
+            if not packaged:  # the first call pays for export and the AOTInductor build, as a compile would
+                packaged.append(build_program())
+            return packaged[0](input_ids, attention_mask)
+    elif variant.startswith("ours_compiled"):
         loop = "while" if variant.endswith("_while") else "unrolled"
         if backend == "inductor":
             import torch._inductor.config as inductor_config
@@ -115,7 +140,14 @@ def measure_one(variant: str, model_name: str, backend: str, batch: int, tokens:
 
 
 def _in_subprocess(*args: str) -> dict[str, Any]:
-    completed = subprocess.run([sys.executable, __file__, "one", *args], capture_output=True, text=True, check=False)
+    """One measurement in a fresh process with an empty inductor cache: a compile measured is a compile done."""
+    import os
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="fullgraph-bench-cache-") as cache:
+        environment = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
+        completed = subprocess.run([sys.executable, __file__, "one", *args], capture_output=True, text=True,
+                                   check=False, env=environment)
     lines = [line for line in completed.stdout.splitlines() if line.startswith("{")]
     if completed.returncode != 0 or not lines:
         return {"error": (completed.stderr.strip().splitlines() or ["no output"])[-1], "args": list(args)}
@@ -144,6 +176,14 @@ def main() -> None:
     scaling.add_argument("--backends", nargs="+", default=["eager", "aot_eager", "inductor"])
     scaling.add_argument("--tokens", nargs="+", type=int, default=[4, 16, 64])
     scaling.add_argument("--loop", choices=["unrolled", "while"], default="unrolled")
+    cost = commands.add_parser("cost", help="while_loop form: compile cost and peak memory vs tokens, per model")
+    cost.add_argument("--models", default="popular", help="a selection, as --fullgraph-models takes it")
+    cost.add_argument("--backend", default="inductor")
+    cost.add_argument("--tokens", nargs="+", type=int, default=[16, 256])
+    throughput = commands.add_parser("throughput", help="AOTInductor-packaged loop vs generate, tokens/s per model")
+    throughput.add_argument("--models", default="popular", help="a selection, as --fullgraph-models takes it")
+    throughput.add_argument("--tokens", type=int, default=64)
+    throughput.add_argument("--batch", type=int, default=2)
     table = commands.add_parser("table", help="PR #30788's table: generate variants vs our compiled loop")
     table.add_argument("--model", default="llama")
     table.add_argument("--backend", default="aot_eager")
@@ -161,7 +201,11 @@ def main() -> None:
                                      args.repeats)))
         return
     print(f"machine: {_machine()}")
-    if args.command == "scaling":
+    if args.command == "cost":
+        _cost(_selected(args.models), args.backend, args.tokens)
+    elif args.command == "throughput":
+        _throughput(_selected(args.models), args.batch, args.tokens)
+    elif args.command == "scaling":
         variant = "ours_compiled_while" if args.loop == "while" else "ours_compiled"
         print("| loop | backend | new tokens | compile + first call (s) | steady ms/token | peak RSS (MiB) |")
         print("|---|---|---|---|---|---|")
@@ -180,6 +224,48 @@ def main() -> None:
                     row = _in_subprocess(variant, args.model, args.backend, str(batch), str(tokens), "5")
                     print(f"| {variant} | {batch} | {tokens} | {row.get('first_call_s', row.get('error'))} | "
                           f"{row.get('ms_per_token', '-')} | |", flush=True)
+
+
+def _selected(selection: str) -> tuple[str, ...]:
+    from pytest_fullgraph.models import session_registry
+
+    return session_registry().select(selection)
+
+
+def _cost(models: tuple[str, ...], backend: str, tokens: list[int]) -> None:
+    """One fresh process per (model, tokens): its first call is the compile, its peak RSS the compile's."""
+    columns = " | ".join(f"{count} tokens: first call (s) / peak RSS (MiB)" for count in tokens)
+    print(f"| model | {columns} | time ratio {tokens[-1]}/{tokens[0]} | RSS ratio |")
+    print("|---|" + "---|" * (len(tokens) + 2))
+    for model in models:
+        # the faster of two fresh processes per length: one compile's timing varies by a few seconds
+        rows = [min((_in_subprocess("ours_compiled_while", model, backend, "2", str(count), "1") for _ in range(2)),
+                    key=lambda row: row.get("first_call_s", float("inf"))) for count in tokens]
+        cells = [f"{row['first_call_s']} / {row['peak_rss_mib']}" if "error" not in row else f"error: {row['error']}"
+                 for row in rows]
+        ratios = ["-", "-"]
+        if all("error" not in row for row in rows):
+            ratios = [f"{rows[-1]['first_call_s'] / rows[0]['first_call_s']:.2f}",
+                      f"{rows[-1]['peak_rss_mib'] / rows[0]['peak_rss_mib']:.2f}"]
+        print(f"| {model} | {' | '.join(cells)} | {' | '.join(ratios)} |", flush=True)
+
+
+def _throughput(models: tuple[str, ...], batch: int, tokens: int) -> None:
+    variants = ("ours_aoti", "static_compiled_forward", "dynamic")
+    print(f"batch {batch}, {tokens} new tokens; tokens/s = batch x tokens / steady seconds of one generation")
+    print("| model | AOTI loop tok/s | static + compiled forward tok/s | dynamic generate tok/s "
+          "| AOTI / static+compiled | AOTI / dynamic |")
+    print("|---|---|---|---|---|---|")
+    for model in models:
+        rows = {variant: _in_subprocess(variant, model, "inductor", str(batch), str(tokens), "5")
+                for variant in variants}
+        rates = {variant: batch * 1000 / row["ms_per_token"] if "ms_per_token" in row else None
+                 for variant, row in rows.items()}
+        cells = [f"{rates[variant]:.0f}" if rates[variant] else f"error: {rows[variant].get('error')}"
+                 for variant in variants]
+        ours, static, dynamic = (rates[variant] for variant in variants)
+        ratios = [f"{ours / other:.1f}x" if ours and other else "-" for other in (static, dynamic)]
+        print(f"| {model} | {' | '.join(cells)} | {' | '.join(ratios)} |", flush=True)
 
 
 if __name__ == "__main__":
