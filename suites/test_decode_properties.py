@@ -150,15 +150,16 @@ def test_fullgraph_generate_matches_generate_and_compiles_exactly(fullgraph_mode
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available: cudagraphs "
                     "(mode='reduce-overhead') need a GPU")
-def test_decode_under_cudagraphs_matches_eager(fullgraph_model: PreTrainedModel) -> None:
-    """On a GPU, the loop compiled by inductor with cudagraphs gives eager's tokens."""
+@pytest.mark.parametrize("loop", list(LOOPS))
+def test_decode_under_cudagraphs_matches_eager(fullgraph_model: PreTrainedModel, loop: str) -> None:
+    """On a GPU, the loop (each form) compiled by inductor with cudagraphs gives eager's tokens."""
     with moved_to(fullgraph_model, "cuda") as model:
         ids = torch.randint(tiny.FIRST_PROMPT_ID, vocab_size(model), (2, 8), device="cuda",
                             generator=torch.Generator(device="cuda").manual_seed(0))
         config = GenerationConfig(max_new_tokens=8, do_sample=False, pad_token_id=tiny.PAD_TOKEN_ID)
         with torch.no_grad(), model_generation_defaults(model, None):
-            eager = fullgraph_generate(model, ids, None, config)
+            eager = fullgraph_generate(model, ids, None, config, loop=loop)
             torch._dynamo.reset()
-            compiled = fullgraph_generate(model, ids, None, config, compiler=lambda loop: torch.compile(
-                loop, fullgraph=True, backend="inductor", mode="reduce-overhead"))
+            compiled = fullgraph_generate(model, ids, None, config, loop=loop, compiler=lambda function: torch.compile(
+                function, fullgraph=True, backend="inductor", mode="reduce-overhead"))
         assert torch.equal(compiled, eager)

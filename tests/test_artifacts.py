@@ -252,4 +252,5 @@ def test_the_suite_saves_for_the_runtime_chosen(toy_project: pytest.Pytester, tm
     assert metadata["runtime"] == "standin"
     result = toy_project.runpytest("--fullgraph-models=toy", "--fullgraph-artifact-runtime=pte")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--fullgraph-artifact-runtime='pte' is not an artifact runtime; use one of pt2, aoti*"])
+    result.stderr.fnmatch_lines(
+        ["*--fullgraph-artifact-runtime='pte' is not an artifact runtime; use one of pt2, aoti*"])
