@@ -19,6 +19,17 @@ def _parser() -> argparse.ArgumentParser:
     merge = report_commands.add_parser("merge", help="Merge shard reports into one JSON and Markdown report")
     merge.add_argument("reports", nargs="+", metavar="REPORT.json")
     merge.add_argument("-o", "--output", required=True, metavar="DIR", help="Directory for the merged report")
+    collate = report_commands.add_parser(
+        "collate", help="CI's last job: merge shard reports per tier and torch release, gate each against "
+                        "BASELINES/<group>.json, say what changed between releases; exit 1 when the gate fails")
+    collate.add_argument("reports", nargs="*", metavar="REPORT.json")
+    collate.add_argument("-o", "--output", required=True, metavar="DIR", help="Merged reports go to DIR/<group>/")
+    collate.add_argument("--baselines", default=None, metavar="DIR",
+                         help="Directory of committed baselines, one <group>.json per group (fast-torch2.13.0)")
+    collate.add_argument("--expect", nargs="*", default=[], metavar="GROUP",
+                         help="Groups that must have reports (a group whose every shard failed to upload fails)")
+    collate.add_argument("--summary", default=None, metavar="FILE",
+                         help="Append the Markdown summary to FILE (e.g. $GITHUB_STEP_SUMMARY) instead of printing")
     compare = report_commands.add_parser(
         "diff", help="Compare against a baseline; exit 1 on regressions (missing checks included)")
     compare.add_argument("baseline", metavar="BASELINE.json")
@@ -29,6 +40,8 @@ def _parser() -> argparse.ArgumentParser:
                          help="Improvements fail too, so the baseline is refreshed whenever results get better")
     compare.add_argument("--divergences-only", action="store_true",
                          help="A mismatch classified as a rounding flip counts as a pass (for bfloat16/float16 jobs)")
+    commands.add_parser("versions", help="key=torch<v>-transformers<v>-py<v> and each version, one per line "
+                                         "(CI's compile-cache key; imports torch)")
     models = commands.add_parser(
         "models", help="List the built-in models: class, parameters, tags, _can_compile_fullgraph, build status")
     models.add_argument("selection", nargs="?", default="all", metavar="NAMES",
@@ -48,9 +61,13 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if args.command == "versions":
+            return _versions()
         if args.command == "models":
             return _models(args.selection, args.exclude, as_json=args.json, build=not args.no_build,
                            shard=args.shard, shard_costs=args.shard_costs)
+        if args.report_command == "collate":
+            return _collate(args)
         if args.report_command == "merge":
             merged = report.merge((path, report.load(path)) for path in args.reports)
             for path in report.write(merged, args.output):
@@ -69,6 +86,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     except report.ReportError as error:
         print(f"pytest_fullgraph: error: {error}", file=sys.stderr)
         return 2
+
+
+def _versions() -> int:
+    import platform
+
+    import torch
+    import transformers
+
+    found = {"torch": torch.__version__.split("+")[0], "transformers": transformers.__version__,
+             "python": platform.python_version()}
+    print(f"key=torch{found['torch']}-transformers{found['transformers']}-py{found['python']}")
+    for name, version in found.items():
+        print(f"{name}={version}")
+    return 0
+
+
+def _collate(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from pytest_fullgraph.report.collate import collate
+
+    baselines = Path(args.baselines) if args.baselines else None
+    collated = collate([Path(path) for path in args.reports], Path(args.output), baselines, args.expect)
+    text = "\n".join(collated.summary) + "\n"
+    if args.summary:
+        with open(args.summary, "a") as stream:
+            stream.write(text)
+    else:
+        print(text)
+    for name, path in collated.merged.items():
+        print(f"{name}: {path}")
+    print(f"collate: gate {'FAILED' if collated.failed else 'passed'}")
+    return 1 if collated.failed else 0
 
 
 def _models(selection: str, exclude: str, *, as_json: bool, build: bool, shard: str | None = None,

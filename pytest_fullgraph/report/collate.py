@@ -1,0 +1,113 @@
+"""The CI matrix's last job: every shard's report, grouped by configuration, merged, gated and summarised.
+
+A group is one tier on one torch release (``fast-torch2.13.0``): its shards merge into one report, which is
+compared with ``<baselines>/<group>.json`` when that file exists. Groups of one tier on different torch releases
+are diffed against each other, so the summary says which release changed which verdict. No torch import.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pytest_fullgraph.report.gate import diff, refresh_command
+from pytest_fullgraph.report.merge import merge
+from pytest_fullgraph.report.render import markdown
+from pytest_fullgraph.report.schema import JSON_NAME, Report, ReportError, load, write
+
+
+def group_name(report: Report) -> str:
+    """``fast-torch2.13.0`` / ``slow-torch2.15.0``: the tier and the torch release a report ran."""
+    tier = "slow" if report.environment.get("run_slow") else "fast"
+    return f"{tier}-torch{str(report.environment.get('torch')).split('+')[0]}"  # 2.13.0+cpu is 2.13.0
+
+
+@dataclass
+class Collated:
+    """What ``collate`` found: the summary to publish, and whether the gate failed."""
+
+    summary: list[str] = field(default_factory=list)
+    failed: bool = False
+    merged: dict[str, Path] = field(default_factory=dict)
+
+
+def collate(reports: Iterable[Path], output: Path, baselines: Path | None = None,
+            expect: Iterable[str] = ()) -> Collated:
+    """Merge ``reports`` (``fullgraph-report.json`` files) per group into ``output/<group>/``, gate each against
+    its baseline, and diff the torch releases of each tier. The run fails on a report that cannot be read (its
+    shard's checks would be missing), a group of ``expect`` with no report, a group with shards missing, and a
+    regression against a baseline."""
+    result = Collated()
+    groups: dict[str, list[tuple[str, Report]]] = {}
+    for path in sorted(reports):
+        try:
+            report = load(path)
+        except ReportError as error:
+            result.failed = True
+            result.summary.append(f"**Unreadable report:** {error}")
+            continue
+        groups.setdefault(group_name(report), []).append((str(path), report))
+    if not groups:
+        result.failed = True
+        result.summary.append("**No reports:** no shard uploaded a fullgraph-report.json")
+    for name in sorted(set(expect) - set(groups)):
+        result.failed = True
+        result.summary.append(f"**Missing:** no report of {name} arrived (every shard of it failed to upload)")
+    merged_reports: dict[str, Report] = {}
+    for name, shards in sorted(groups.items()):
+        try:
+            merged = merge(shards)
+        except ReportError as error:
+            result.failed = True
+            result.summary.append(f"**{name}: cannot merge:** {error}")
+            continue
+        merged_reports[name] = merged
+        missing = merged.environment.get("shards_missing") or []
+        if missing:
+            result.failed = True
+            result.summary.append(f"**{name}: shard(s) {', '.join(missing)} missing**")
+        write(merged, output / name)
+        result.merged[name] = output / name / JSON_NAME
+        result.summary += [f"## {name} ({len(shards)} report(s))", "", markdown(merged)]
+        result.summary += _gate(name, merged, output / name / JSON_NAME, baselines, result)
+    result.summary += _release_changes(merged_reports)
+    return result
+
+
+def _gate(name: str, merged: Report, merged_path: Path, baselines: Path | None, result: Collated) -> list[str]:
+    if baselines is None:
+        return []
+    baseline_path = baselines / f"{name}.json"
+    if not baseline_path.is_file():
+        return [f"No baseline for {name}: to start gating it, commit this run's merged report: "
+                f"`{refresh_command(str(baseline_path), str(merged_path))}`", ""]
+    gate = diff(load(baseline_path), merged)
+    result.failed |= gate.failed
+    lines = [f"### Gate against {baseline_path}: {gate.summary()}", ""]
+    lines += [f"- {line}" for line in [*gate.regressions, *gate.improvements, *gate.notes]]
+    if gate.changed:
+        lines += ["", f"To accept this run as the baseline: `{refresh_command(str(baseline_path), str(merged_path))}`"]
+    return [*lines, ""]
+
+
+def _release_key(name: str) -> tuple[str, tuple[int, ...]]:
+    tier, _, release = name.partition("-torch")
+    numbers = tuple(int(part) for part in release.split("+")[0].split(".") if part.isdigit())
+    return tier, numbers
+
+
+def _release_changes(merged: dict[str, Report]) -> list[str]:
+    """Per tier, each torch release against the one before it: which verdicts changed (informational)."""
+    lines: list[str] = []
+    names = sorted(merged, key=_release_key)
+    for older, newer in itertools.pairwise(names):
+        if _release_key(older)[0] != _release_key(newer)[0]:
+            continue
+        gate = diff(merged[older], merged[newer], allow_missing=True)
+        changes = [*gate.regressions, *gate.improvements]
+        lines += [f"## What changed from {older} to {newer}", ""]
+        lines += [f"- {line}" for line in changes] or ["- no verdict changed"]
+        lines.append("")
+    return lines

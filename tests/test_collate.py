@@ -1,0 +1,115 @@
+"""``report collate``: CI's last job merges every shard per tier and torch release, gates each group against its
+baseline, fails on anything missing, and says which torch release changed which verdict."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_fullgraph import report
+from pytest_fullgraph.report.collate import collate, group_name
+from pytest_fullgraph.results import CheckResult
+
+
+def shard(tmp_path: Path, name: str, *, torch: str = "2.13.0+cpu", slow: bool = False, label: str | None = None,
+          outcomes: dict[str, str]) -> Path:
+    environment = {"torch": torch, "transformers": "5.24.0", "backend": "inductor" if slow else "aot_eager",
+                   "max_new_tokens": 16 if slow else 4, "run_slow": slow, "strict": False, "breaks": "all",
+                   "models": sorted(outcomes), "shard": label}
+    checks = [CheckResult(model, "greedy", "decode", environment["backend"], 4, outcome)
+              for model, outcome in outcomes.items()]
+    report.write(report.Report(environment, checks), tmp_path / name)
+    return tmp_path / name / report.JSON_NAME
+
+
+def test_groups_are_tier_and_torch_release() -> None:
+    fast = report.Report({"run_slow": False, "torch": "2.13.0+cpu"})
+    assert group_name(fast) == "fast-torch2.13.0"
+    assert group_name(report.Report({"run_slow": True, "torch": "2.15.0"})) == "slow-torch2.15.0"
+
+
+def test_shards_merge_per_group_and_the_gate_passes_against_the_baseline(tmp_path: Path) -> None:
+    paths = [shard(tmp_path, "a", label="1/2", outcomes={"llama": "pass"}),
+             shard(tmp_path, "b", label="2/2", outcomes={"mpt": "break"})]
+    baselines = tmp_path / "baselines"
+    baselines.mkdir()
+    report.write(report.merge((str(p), report.load(p)) for p in paths), tmp_path / "base")
+    (tmp_path / "base" / report.JSON_NAME).rename(baselines / "fast-torch2.13.0.json")
+    collated = collate(paths, tmp_path / "merged", baselines, expect=["fast-torch2.13.0"])
+    assert not collated.failed, collated.summary
+    merged = report.load(collated.merged["fast-torch2.13.0"])
+    assert sorted(check.model for check in merged.checks) == ["llama", "mpt"]
+    text = "\n".join(collated.summary)
+    assert "## fast-torch2.13.0 (2 report(s))" in text and "gate passed" in text
+
+
+def test_a_regression_a_missing_shard_and_a_missing_group_each_fail(tmp_path: Path) -> None:
+    baselines = tmp_path / "baselines"
+    report.write(report.load(shard(tmp_path, "old", label="1/2", outcomes={"llama": "pass"})), tmp_path / "b")
+    baselines.mkdir()
+    (tmp_path / "b" / report.JSON_NAME).rename(baselines / "fast-torch2.13.0.json")
+    regressed = shard(tmp_path, "new", label="1/2", outcomes={"llama": "mismatch"})
+    collated = collate([regressed], tmp_path / "merged", baselines)
+    text = "\n".join(collated.summary)
+    assert collated.failed
+    assert "REGRESSION llama-greedy-decode-float32: pass -> mismatch" in text
+    assert "**fast-torch2.13.0: shard(s) 2/2 missing**" in text
+    assert "To accept this run as the baseline: `cp " in text
+    missing_group = collate([shard(tmp_path, "whole", outcomes={"llama": "pass"})], tmp_path / "m2",
+                            expect=["fast-torch2.13.0", "slow-torch2.15.0"])
+    assert missing_group.failed
+    assert "**Missing:** no report of slow-torch2.15.0 arrived" in "\n".join(missing_group.summary)
+
+
+def test_without_a_baseline_it_says_how_to_start_gating(tmp_path: Path) -> None:
+    collated = collate([shard(tmp_path, "a", outcomes={"llama": "pass"})], tmp_path / "merged", tmp_path / "none")
+    assert not collated.failed
+    assert any(line.startswith("No baseline for fast-torch2.13.0: to start gating it, commit this run's merged "
+                               "report: `cp ") for line in collated.summary)
+
+
+def test_it_says_which_torch_release_changed_which_verdict(tmp_path: Path) -> None:
+    paths = [shard(tmp_path, "old", torch="2.13.0", slow=True, outcomes={"llama": "pass", "gemma": "break"}),
+             shard(tmp_path, "new", torch="2.15.0", slow=True, outcomes={"llama": "break", "gemma": "pass"}),
+             shard(tmp_path, "mid", torch="2.14.1", slow=True, outcomes={"llama": "pass", "gemma": "break"})]
+    text = "\n".join(collate(paths, tmp_path / "merged").summary)
+    assert "## What changed from slow-torch2.13.0 to slow-torch2.14.1\n\n- no verdict changed" in text
+    section = text.split("## What changed from slow-torch2.14.1 to slow-torch2.15.0")[1]
+    assert "REGRESSION llama-greedy-decode-float32: pass -> break" in section
+    assert "IMPROVED gemma-greedy-decode-float32: break -> pass" in section
+
+
+def test_an_unreadable_report_fails_the_run_naming_it(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    collated = collate([bad, shard(tmp_path, "a", outcomes={"llama": "pass"})], tmp_path / "merged")
+    assert collated.failed
+    assert f"**Unreadable report:** {bad}: not valid JSON" in "\n".join(collated.summary)
+
+
+def test_the_command_appends_the_summary_and_exits_1_when_the_gate_fails(tmp_path: Path) -> None:
+    summary = tmp_path / "step-summary.md"
+    summary.write_text("earlier steps\n")
+    good = shard(tmp_path, "a", label="1/1", outcomes={"llama": "pass"})
+    command = [sys.executable, "-m", "pytest_fullgraph", "report", "collate", str(good), "-o", str(tmp_path / "out"),
+               "--summary", str(summary)]
+    completed = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert summary.read_text().startswith("earlier steps\n## fast-torch2.13.0 (1 report(s))")
+    assert "collate: gate passed" in completed.stdout
+    failing = subprocess.run([*command, "--expect", "slow-torch2.13.0"], capture_output=True, text=True, check=False)
+    assert failing.returncode == 1 and "collate: gate FAILED" in failing.stdout
+    assert json.loads((tmp_path / "out" / "fast-torch2.13.0" / report.JSON_NAME).read_text())["environment"][
+        "shard"] == ["1/1"]
+
+
+@pytest.mark.parametrize("arguments", [["-o", "x"], []])
+def test_no_reports_at_all_fail(tmp_path: Path, arguments: list[str]) -> None:
+    completed = subprocess.run([sys.executable, "-m", "pytest_fullgraph", "report", "collate", *arguments],
+                               capture_output=True, text=True, check=False, cwd=tmp_path)
+    assert completed.returncode in (1, 2)  # 2: argparse's usage error when -o is missing
+    assert ("No reports" in completed.stdout) if arguments else ("-o/--output" in completed.stderr)

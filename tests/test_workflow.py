@@ -1,0 +1,95 @@
+"""The CI workflow is valid GitHub Actions, and every command it runs names options and entry points that exist:
+each pytest command line is dry-run with ``--collect-only``, each ``python -m pytest_fullgraph`` one run."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+WORKFLOW = REPOSITORY / ".github" / "workflows" / "fullgraph.yml"
+#: What a dry run puts for the workflow's expressions and variables.
+SAMPLE_VALUES = {"matrix.shard": "1", "matrix.torch": "2.13.0", "inputs.models || 'all'": "llama,gemma",
+                 "inputs.models || 'popular'": "llama,gemma"}
+
+
+def workflow() -> dict[str, Any]:
+    return dict(yaml.safe_load(WORKFLOW.read_text()))
+
+
+def commands() -> list[tuple[str, str, dict[str, str]]]:
+    """(job, command line, environment) of every ``python -m pytest...`` line of every ``run:`` step."""
+    found = []
+    for job_name, job in workflow()["jobs"].items():
+        for step in job["steps"]:
+            environment = {**job.get("env", {}), **step.get("env", {})}
+            for line in str(step.get("run", "")).splitlines():
+                line = line.strip()
+                if line.startswith("python -m pytest"):
+                    found.append((job_name, line, {key: str(value) for key, value in environment.items()}))
+    return found
+
+
+def substituted(line: str, environment: dict[str, str]) -> list[str]:
+    def expression(match: re.Match[str]) -> str:
+        return SAMPLE_VALUES.get(match.group(1).strip(), "x")
+
+    line = line.split(" || status=")[0].split(" >> ")[0]  # the shell's handling of the status, and redirections
+    line = re.sub(r"\$\{\{(.*?)\}\}", expression, line)
+    line = line.replace('"$MODELS"', SAMPLE_VALUES["inputs.models || 'all'"])
+    line = line.replace('"$GITHUB_STEP_SUMMARY"', "summary.md").replace("$EXPECT", "fast-torch2.13.0")
+    return shlex.split(line)
+
+
+def test_the_workflow_is_valid_github_actions() -> None:
+    validator = shutil.which("check-jsonschema")
+    assert validator, "check-jsonschema is a test dependency: pip install -e '.[test]'"
+    completed = subprocess.run([validator, "--builtin-schema", "vendor.github-workflows", str(WORKFLOW)],
+                               capture_output=True, text=True, check=False)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+
+
+def test_pull_requests_run_the_fast_tier_and_the_schedule_the_slow_one_over_every_model() -> None:
+    data = workflow()
+    triggers = data.get("on", data.get(True))  # YAML 1.1 reads the key `on` as true
+    assert {"pull_request", "schedule", "workflow_dispatch"} <= set(triggers)
+    assert triggers["workflow_dispatch"]["inputs"]["models"]["default"] == "all"
+    jobs = data["jobs"]
+    assert jobs["fast"]["strategy"]["matrix"]["shard"] == [1, 2, 3, 4]
+    assert len(jobs["slow"]["strategy"]["matrix"]["torch"]) >= 2  # the torch-version axis
+    assert jobs["slow"]["env"]["RUN_SLOW"] == "1"
+    assert jobs["collate"]["needs"] == ["fast", "slow"]
+    shards = {job: len(jobs[job]["strategy"]["matrix"]["shard"]) for job in ("fast", "slow")}
+    for job, count in shards.items():
+        assert any(f"--fullgraph-shard=${{{{ matrix.shard }}}}/{count}" in line for name, line, _ in commands()
+                   if name == job), f"{job} must divide its models into its {count} matrix shards"
+    uploads = [step for job in ("fast", "slow") for step in jobs[job]["steps"]
+               if str(step.get("uses", "")).startswith("actions/upload-artifact")]
+    assert all(step["if"] == "always()" for step in uploads)  # a failing shard still uploads its report
+
+
+@pytest.mark.parametrize(("job", "line", "environment"), commands(),
+                         ids=[f"{job}-{' '.join(line.split()[2:4])}" for job, line, _ in commands()])
+def test_every_command_names_options_and_entry_points_that_exist(job: str, line: str, environment: dict[str, str],
+                                                                 tmp_path: Path) -> None:
+    argv = substituted(line, environment)
+    env = {**os.environ, **{key: value for key, value in environment.items() if "${{" not in value}}
+    if argv[:3] == ["python", "-m", "pytest"]:
+        completed = subprocess.run([sys.executable, *argv[1:], "--collect-only", "-q"], cwd=REPOSITORY, env=env,
+                                   capture_output=True, text=True, check=False, timeout=300)
+        assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-2000:]
+        assert "test_generation_compiles_exactly" in completed.stdout
+    else:
+        completed = subprocess.run([sys.executable, *argv[1:]], cwd=tmp_path, env=env, capture_output=True,
+                                   text=True, check=False, timeout=300)
+        assert completed.returncode != 2, completed.stderr  # 2: an option or command that does not exist
+        assert "usage:" not in completed.stderr
