@@ -10,6 +10,7 @@ import pytest
 
 from pytest_fullgraph.artifacts import RUNTIMES
 from pytest_fullgraph.models import Registry
+from pytest_fullgraph.models.pretrained import register_pretrained
 from pytest_fullgraph.report.schema import ReportError
 from pytest_fullgraph.report.schema import load as load_report
 from pytest_fullgraph.shard import Shard, model_costs, parse_shard, select_shard
@@ -72,6 +73,10 @@ def add_options(parser: pytest.Parser) -> None:
                     help="Comma list of models to check: registered names, 'all', 'popular', glob patterns "
                          "(qwen*) and tags (tag:moe); python -m pytest_fullgraph models lists them "
                          f"(default: {DEFAULT_MODELS}; ini: fullgraph_models)")
+    group.addoption("--fullgraph-pretrained", dest="fullgraph_pretrained", metavar="NAME=DIR", default=None,
+                    help="Comma list of NAME=DIR: check the causal LM saved in each local directory (loaded with "
+                         "from_pretrained, offline) as model NAME, beside the models selected (without "
+                         "--fullgraph-models, only these; ini: fullgraph_pretrained)")
     group.addoption("--fullgraph-exclude", dest="fullgraph_exclude", metavar="NAMES", default=None,
                     help="Comma list of models to leave out of the selection, in the same forms "
                          "(ini: fullgraph_exclude)")
@@ -115,6 +120,7 @@ def add_options(parser: pytest.Parser) -> None:
                     help="When to collect the built-in conformance suite: 'auto' (default) when models are "
                          "selected and no test paths are given, 'on' always, 'off' never (ini: fullgraph_suite)")
     parser.addini("fullgraph_models", "Default for --fullgraph-models", default=None)
+    parser.addini("fullgraph_pretrained", "Default for --fullgraph-pretrained", default=None)
     parser.addini("fullgraph_exclude", "Default for --fullgraph-exclude", default=None)
     parser.addini("fullgraph_shard", "Default for --fullgraph-shard", default=None)
     parser.addini("fullgraph_shard_costs", "Default for --fullgraph-shard-costs", default=None)
@@ -209,6 +215,13 @@ def resolve_settings(config: pytest.Config, registry: Registry) -> Settings:
     """Validate every fullgraph option; any bad value is a ``pytest.UsageError`` naming it."""
     run_slow = resolve_run_slow(config)
 
+    pretrained_value, pretrained_source = _pick(config, "fullgraph_pretrained")
+    pretrained: tuple[str, ...] = ()
+    if pretrained_value is not None:
+        try:
+            pretrained = register_pretrained(registry, pretrained_value, pretrained_source)
+        except ValueError as error:
+            raise pytest.UsageError(str(error)) from None
     models_value, models_source = _pick(config, "fullgraph_models")
     exclude_value, exclude_source = _pick(config, "fullgraph_exclude")
     if exclude_value is not None:
@@ -217,9 +230,14 @@ def resolve_settings(config: pytest.Config, registry: Registry) -> Settings:
         except ValueError as error:
             raise pytest.UsageError(f"{exclude_source}: {error}") from None
     try:
-        models = registry.select(models_value if models_value is not None else DEFAULT_MODELS, exclude_value or "")
+        if models_value is None and pretrained:
+            models = pretrained  # checkpoints alone: the tiny defaults are not what was asked for
+        else:
+            models = registry.select(models_value if models_value is not None else DEFAULT_MODELS,
+                                     exclude_value or "")
     except ValueError as error:
         raise pytest.UsageError(f"{models_source or '--fullgraph-models'}: {error}") from None
+    models = tuple(sorted(set(models) | set(pretrained)))
 
     shard = resolve_shard(config)
     if shard is not None:
@@ -257,7 +275,7 @@ def resolve_settings(config: pytest.Config, registry: Registry) -> Settings:
     timeout = DEFAULT_TIMEOUT if timeout_value is None else parse_seconds(timeout_value, timeout_source)
     return Settings(models=models, backend=backend, max_new_tokens=max_new_tokens, run_slow=run_slow,
                     strict=strict, report_dir=report_dir, breaks=breaks, suite=suite,
-                    models_selected=models_value is not None, dtypes=dtypes, timeout=timeout,
+                    models_selected=models_value is not None or bool(pretrained), dtypes=dtypes, timeout=timeout,
                     artifacts_dir=artifacts_dir, artifact_runtime=artifact_runtime,
                     shard=shard.label if shard else None)
 

@@ -17,10 +17,11 @@ from pytest_fullgraph.results import CheckResult
 
 def shard(tmp_path: Path, name: str, *, torch: str = "2.13.0+cpu", slow: bool = False, label: str | None = None,
           outcomes: dict[str, str]) -> Path:
-    environment = {"torch": torch, "transformers": "5.24.0", "backend": "inductor" if slow else "aot_eager",
+    backend = "inductor" if slow else "aot_eager"
+    environment: dict[str, object] = {"torch": torch, "transformers": "5.24.0", "backend": backend,
                    "max_new_tokens": 16 if slow else 4, "run_slow": slow, "strict": False, "breaks": "all",
                    "models": sorted(outcomes), "shard": label}
-    checks = [CheckResult(model, "greedy", "decode", environment["backend"], 4, outcome)
+    checks = [CheckResult(model, "greedy", "decode", backend, 4, outcome)
               for model, outcome in outcomes.items()]
     report.write(report.Report(environment, checks), tmp_path / name)
     return tmp_path / name / report.JSON_NAME
