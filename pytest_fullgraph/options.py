@@ -57,6 +57,8 @@ class Settings:
     artifacts_dir: Path | None = None
     #: how passing export checks' programs are saved (``artifacts.RUNTIMES``)
     artifact_runtime: str = "pt2"
+    #: where inductor keeps its compile caches (``--fullgraph-cache-dir``); None: inductor's default
+    cache_dir: Path | None = None
     #: this run's part of the selection (``--fullgraph-shard``), as "I/N"; None when unsharded
     shard: str | None = None
 
@@ -110,6 +112,10 @@ def add_options(parser: pytest.Parser) -> None:
                     default=None,
                     help=f"How --fullgraph-artifacts saves programs: {', '.join(RUNTIMES)} (default: pt2; aoti builds "
                          "an AOTInductor package per program, tens of seconds each; ini: fullgraph_artifact_runtime)")
+    group.addoption("--fullgraph-cache-dir", dest="fullgraph_cache_dir", metavar="DIR", default=None,
+                    help="Keep inductor's compile caches (FX graphs, kernels) in DIR, for this run's workers too, so "
+                         "a second run reuses them (default: TORCHINDUCTOR_CACHE_DIR, else inductor's own temporary "
+                         "directory; ini: fullgraph_cache_dir)")
     group.addoption("--fullgraph-breaks", dest="fullgraph_breaks", metavar="MODE", default=None,
                     help="'all': a check that breaks runs once more without fullgraph to record every break "
                          "(default); 'first': record only the first break, faster (ini: fullgraph_breaks)")
@@ -130,6 +136,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("fullgraph_backend", "Default for --fullgraph-backend", default=None)
     parser.addini("fullgraph_max_new_tokens", "Default for --fullgraph-max-new-tokens", default=None)
     parser.addini("fullgraph_artifact_runtime", "Default for --fullgraph-artifact-runtime", default=None)
+    parser.addini("fullgraph_cache_dir", "Default for --fullgraph-cache-dir", default=None)
     parser.addini("fullgraph_breaks", "Default for --fullgraph-breaks", default=None)
     parser.addini("fullgraph_report", "Default for --fullgraph-report", default=None)
     parser.addini("fullgraph_artifacts", "Default for --fullgraph-artifacts", default=None)
@@ -261,6 +268,8 @@ def resolve_settings(config: pytest.Config, registry: Registry) -> Settings:
     report_dir = Path(report_value) if report_value else None
     artifacts_value, _ = _pick(config, "fullgraph_artifacts")
     artifacts_dir = Path(artifacts_value).resolve() if artifacts_value else None
+    cache_value, _ = _pick(config, "fullgraph_cache_dir")
+    cache_dir = Path(cache_value).expanduser().resolve() if cache_value else None
     runtime_value, runtime_source = _pick(config, "fullgraph_artifact_runtime")
     artifact_runtime = "pt2" if runtime_value is None else parse_choice(runtime_value, runtime_source,
                                                                          tuple(RUNTIMES), "an artifact runtime")
@@ -276,7 +285,7 @@ def resolve_settings(config: pytest.Config, registry: Registry) -> Settings:
     return Settings(models=models, backend=backend, max_new_tokens=max_new_tokens, run_slow=run_slow,
                     strict=strict, report_dir=report_dir, breaks=breaks, suite=suite,
                     models_selected=models_value is not None or bool(pretrained), dtypes=dtypes, timeout=timeout,
-                    artifacts_dir=artifacts_dir, artifact_runtime=artifact_runtime,
+                    artifacts_dir=artifacts_dir, artifact_runtime=artifact_runtime, cache_dir=cache_dir,
                     shard=shard.label if shard else None)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,6 +30,9 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
 
 
+#: The variable inductor reads for its cache directory (FX graph cache, compiled kernels).
+INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+
 #: Warnings dynamo gives on every compile of transformers' generate code, which a user of the suite cannot act
 #: on; the checks' own findings are in their verdicts and the report.
 COMPILE_NOISE = (
@@ -46,11 +50,23 @@ def pytest_configure(config: pytest.Config) -> None:
     levels = builtin_levels()
     config.hook.pytest_fullgraph_register_levels(levels=levels)
     settings = options.resolve_settings(config, registry)
+    if settings.cache_dir is not None:
+        # inductor reads the variable when it first needs its cache; xdist workers, started later, inherit it
+        previous = os.environ.get(INDUCTOR_CACHE_ENV)
+        os.environ[INDUCTOR_CACHE_ENV] = str(settings.cache_dir)
+        config.add_cleanup(lambda: _restore_environment(INDUCTOR_CACHE_ENV, previous))
     session = FullgraphSession(settings, registry, levels, is_worker=hasattr(config, "workerinput"))
     session.restore_trace_logger = breaks.silence_structured_trace()
     _collect_the_suite(config, settings)
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(_ControllerHooks(session), f"fullgraph-session-{id(config)}")
+
+
+def _restore_environment(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
 
 
 def suite_directory() -> Path:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from pytest_fullgraph.models import Registry
@@ -129,3 +132,18 @@ def test_registry_rejects_duplicates_and_bad_names() -> None:
     for bad in ("", "a,b", "all", " x"):
         with pytest.raises(ValueError, match="invalid model name"):
             registry.register(bad, lambda: None)  # type: ignore[arg-type,return-value]
+
+
+def test_the_cache_dir_reaches_inductor_in_every_worker(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    """``--fullgraph-cache-dir`` is where inductor keeps its caches, in xdist workers too, and only for the run."""
+    pytester.makepyfile(
+        "import os\n"
+        "def test_where(fullgraph_settings):\n"
+        "    from torch._inductor.runtime.cache_dir_utils import cache_dir\n"
+        "    assert cache_dir() == str(fullgraph_settings.cache_dir) == os.environ['TORCHINDUCTOR_CACHE_DIR']\n")
+    cache = tmp_path / "inductor-cache"
+    result = pytester.runpytest_subprocess("-n", "1", f"--fullgraph-cache-dir={cache}", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    pytester.runpytest(f"--fullgraph-cache-dir={cache}", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    assert os.environ.get("TORCHINDUCTOR_CACHE_DIR") == before  # put back when the session ends
