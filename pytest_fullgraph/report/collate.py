@@ -32,6 +32,11 @@ class Collated:
     failed: bool = False
     merged: dict[str, Path] = field(default_factory=dict)
 
+    def fail(self, line: str) -> None:
+        """Something that must fail the run, said in the summary."""
+        self.failed = True
+        self.summary.append(line)
+
 
 def collate(reports: Iterable[Path], output: Path, baselines: Path | None = None,
             expect: Iterable[str] = ()) -> Collated:
@@ -45,29 +50,24 @@ def collate(reports: Iterable[Path], output: Path, baselines: Path | None = None
         try:
             report = load(path)
         except ReportError as error:
-            result.failed = True
-            result.summary.append(f"**Unreadable report:** {error}")
+            result.fail(f"**Unreadable report:** {error}")
             continue
         groups.setdefault(group_name(report), []).append((str(path), report))
     if not groups:
-        result.failed = True
-        result.summary.append("**No reports:** no shard uploaded a fullgraph-report.json")
+        result.fail("**No reports:** no shard uploaded a fullgraph-report.json")
     for name in sorted(set(expect) - set(groups)):
-        result.failed = True
-        result.summary.append(f"**Missing:** no report of {name} arrived (every shard of it failed to upload)")
+        result.fail(f"**Missing:** no report of {name} arrived (every shard of it failed to upload)")
     merged_reports: dict[str, Report] = {}
     for name, shards in sorted(groups.items()):
         try:
             merged = merge(shards)
         except ReportError as error:
-            result.failed = True
-            result.summary.append(f"**{name}: cannot merge:** {error}")
+            result.fail(f"**{name}: cannot merge:** {error}")
             continue
         merged_reports[name] = merged
         missing = merged.environment.get("shards_missing") or []
         if missing:
-            result.failed = True
-            result.summary.append(f"**{name}: shard(s) {', '.join(missing)} missing**")
+            result.fail(f"**{name}: shard(s) {', '.join(missing)} missing**")
         write(merged, output / name)
         result.merged[name] = output / name / JSON_NAME
         result.summary += [f"## {name} ({len(shards)} report(s))", "", markdown(merged)]
