@@ -46,7 +46,9 @@ def test_sliding_recurrent_and_hybrid_layers_are_carried(name: str) -> None:
     {"repetition_penalty": 1.5},
     {"min_new_tokens": 6, "eos_token_id": [1, 2, 3]},
     {"do_sample": True, "top_k": 12, "temperature": 0.8, "repetition_penalty": 1.2},
-], ids=["repetition_penalty", "min_new_tokens", "sampled_with_penalty"])
+    {"forced_eos_token_id": 7, "min_length": 12},
+    {"begin_suppress_tokens": [5, 6], "suppress_tokens": [9]},
+], ids=["repetition_penalty", "min_new_tokens", "sampled_with_penalty", "forced_eos_min_length", "suppressed"])
 def test_processors_that_read_the_sequence_see_its_valid_part(settings: dict[str, Any]) -> None:
     settings = {"do_sample": False, "eos_token_id": None, **settings}
     both_forms_equal_generate("llama", PROMPTS, (PROMPTS != 0).long(), max_new_tokens=10, **settings)
