@@ -27,6 +27,7 @@ from pytest_fullgraph.compare import (
     static_cache_verdict,
 )
 from pytest_fullgraph.generation import generate, seeded
+from pytest_fullgraph.levels import LoopNotCaptured
 from pytest_fullgraph.results import (
     BREAK,
     ERROR,
@@ -193,7 +194,13 @@ def run_check(
                     if not _deterministic(result, model, inputs, config, scenario.seed, eager, prompt_width):
                         return result
                     stage = f"eager generation by {level.own_loop or 'the level'}"
-                    if not _own_loop_agrees(result, level, model, inputs, config, scenario.seed, eager):
+                    try:
+                        if not _own_loop_agrees(result, level, model, inputs, config, scenario.seed, eager):
+                            return result
+                    except LoopNotCaptured as not_captured:
+                        stage = "compiled generation"
+                        _judge_compile_failure(result, not_captured.error, model, inputs, config, level,
+                                               scenario.seed, diagnose)
                         return result
                     stage = "compiled generation"
                     _compile_and_compare(result, model, inputs, config, level, scenario.seed, eager, diagnose)
@@ -332,13 +339,7 @@ def _compile_and_compare(result: CheckResult, model: PreTrainedModel, inputs: di
             compiled = seeded(seed, lambda: level.run_compiled(model, inputs, config, backend))
         except breaks.compile_failure_types() as error:
             result.timings["compile_s"] = time.perf_counter() - started
-            record = breaks.record_from_exception(error)
-            result.first_break = record
-            result.outcome = BREAK if breaks.is_graph_break(error) else ERROR
-            result.message = record.summary()
-            if diagnose:
-                _diagnose(result, model, inputs, config, level, seed)
-                _blame_break_for_crash(result)
+            _judge_compile_failure(result, error, model, inputs, config, level, seed, diagnose)
             return
         result.timings["compile_s"] = time.perf_counter() - started
     _record_graphs(result, trace, level)
@@ -353,6 +354,19 @@ def _compile_and_compare(result: CheckResult, model: PreTrainedModel, inputs: di
     mismatch = _explained_difference(model, inputs, config, seed, eager, compiled)
     result.outcome, result.mismatch = MISMATCH, mismatch
     result.message = f"compiled tokens differ from eager at {mismatch.describe()}"
+
+
+def _judge_compile_failure(result: CheckResult, error: BaseException, model: PreTrainedModel,
+                           inputs: dict[str, Any], config: GenerationConfig, level: Level, seed: int,
+                           diagnose: bool) -> None:
+    """A graph break is ``break``, any other compile failure ``error``; located, and diagnosed when asked."""
+    record = breaks.record_from_exception(error)
+    result.first_break = record
+    result.outcome = BREAK if breaks.is_graph_break(error) else ERROR
+    result.message = record.summary()
+    if diagnose:
+        _diagnose(result, model, inputs, config, level, seed)
+        _blame_break_for_crash(result)
 
 
 def _diagnose(result: CheckResult, model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig,

@@ -69,6 +69,15 @@ class GraphsNotCounted(GraphRule):
 AT_LEAST_ONE_GRAPH, ONE_GRAPH, GRAPHS_NOT_COUNTED = GraphRule(), OneGraph(), GraphsNotCounted()
 
 
+class LoopNotCaptured(Exception):
+    """A level's loop failed to be captured while it ran uncompiled (a ``while_loop`` body is traced even then):
+    a compile outcome, judged as one, not an eager failure. ``error`` is what the capture raised."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class Level:
     """A way of compiling generation. Subclass it and override what differs; ``run_compiled`` is required.
 
@@ -180,15 +189,20 @@ class DecodeLevel(_TorchCompileLevel):
 
     def run(self, model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig, backend: Any,
             fullgraph: bool) -> torch.Tensor:
+        return self.compile_loop(model, inputs, config, backend, fullgraph, self.loop)
+
+    @staticmethod
+    def compile_loop(model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig, backend: Any,
+                     fullgraph: bool, loop: str) -> torch.Tensor:
         import torch
 
         from pytest_fullgraph.decode import fullgraph_generate
 
-        def compiler(loop: Callable[..., Any]) -> Callable[..., Any]:
-            return torch.compile(loop, fullgraph=fullgraph, backend=backend)
+        def compiler(function: Callable[..., Any]) -> Callable[..., Any]:
+            return torch.compile(function, fullgraph=fullgraph, backend=backend)
 
         return fullgraph_generate(model, inputs["input_ids"], inputs["attention_mask"], config, compiler=compiler,
-                                  loop=self.loop)
+                                  loop=loop)
 
 
 class WhileLevel(DecodeLevel):
@@ -200,6 +214,27 @@ class WhileLevel(DecodeLevel):
                    "fullgraph=True: exactly one graph, whatever max_new_tokens")
     own_loop = "fullgraph_generate(loop='while')"
     loop = "while"
+
+    def run_own_loop_eagerly(self, model: PreTrainedModel, inputs: dict[str, Any],
+                             config: GenerationConfig) -> torch.Tensor:
+        """``while_loop`` traces its body even uncompiled, so a model that does not trace fails here. Whether the
+        model runs at all is then asked of the unrolled form, run eagerly: its failure is the model's own
+        (raised as it is); if it runs, the body could not be captured, which is a compile outcome
+        (``LoopNotCaptured``)."""
+        from pytest_fullgraph.breaks import compile_failure_types
+        from pytest_fullgraph.decode import fullgraph_generate
+
+        try:
+            return super().run_own_loop_eagerly(model, inputs, config)
+        except compile_failure_types() as error:
+            fullgraph_generate(model, inputs["input_ids"], inputs["attention_mask"], config, loop="unrolled")
+            raise LoopNotCaptured(error) from error
+
+    def diagnose(self, model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig,
+                 backend: CountingBackend) -> None:
+        """A ``while_loop`` body is captured whole or not at all: the unrolled form, compiled without fullgraph,
+        meets the same model code one break at a time."""
+        self.compile_loop(model, inputs, config, backend, False, "unrolled")
 
 
 class While64Level(WhileLevel):

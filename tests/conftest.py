@@ -92,7 +92,7 @@ def modules_loaded_outside_pytester() -> None:
 
     from pytest_fullgraph import build_tiny, run_check
 
-    for level in ("forward", "decode"):
+    for level in ("forward", "decode", "while"):
         run_check(build_tiny("llama"), "llama", "greedy", level, "eager", 1)
 
 

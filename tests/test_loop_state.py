@@ -3,6 +3,7 @@ processors that read the growing sequence, EOS lists, left padding, batch 1; wha
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -112,3 +113,29 @@ def test_sliding_layers_keep_every_position_and_every_tensor_is_carried() -> Non
 def test_the_while_level_is_one_graph_with_generates_tokens_past_the_window() -> None:
     result = run_check(build_tiny("gemma2"), "gemma2", "padded", "while", "eager", PAST_THE_WINDOW)
     assert (result.outcome, result.graph_count) == ("pass", 1), result.message
+
+
+def test_a_model_that_breaks_is_a_break_located_in_the_model_not_an_eager_failure(toy_project: pytest.Pytester,
+                                                                                  tmp_path: Path) -> None:
+    """while_loop traces its body even when run uncompiled: the planted break surfaces there, and the check says
+    ``break`` at the model's line (found by the unrolled form's diagnostic pass), as the decode level does."""
+    from tests.conftest import PLANTED_BREAK_LINE, checks_by_id, read_report
+
+    result = toy_project.runpytest("--fullgraph-models=toy_break,toy", "-k", "greedy-while", "-p", "no:cacheprovider",
+                                   f"--fullgraph-report={tmp_path}")
+    result.assert_outcomes(passed=1, xfailed=1)
+    check = checks_by_id(read_report(tmp_path))["toy_break-greedy-while"]
+    assert (check["outcome"], check["stage"]) == ("break", "compiled generation")
+    first = check["first_break"]
+    assert (first["file"], first["line"], first["origin"]) == ("conftest.py", PLANTED_BREAK_LINE, "user")
+    assert [(b["file"], b["line"]) for b in check["breaks"] if b["root_cause"]] == [("conftest.py",
+                                                                                    PLANTED_BREAK_LINE)]
+
+
+def test_a_model_that_fails_eagerly_is_its_own_failure_at_the_while_level() -> None:
+    """cpmant's static cache writes one slot past its end, in generate too: an error of the eager stage, blamed
+    on the model's static-cache path, not a break."""
+    result = run_check(build_tiny("cpmant"), "cpmant", "greedy", "while", "eager", 4)
+    assert (result.outcome, result.stage) == ("error", "eager generation by fullgraph_generate(loop='while')")
+    assert "IndexError" in result.message
+    assert result.message.endswith("the model's static-cache path, not the loop")
