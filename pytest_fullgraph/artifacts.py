@@ -182,7 +182,7 @@ def describe_shape(ranges: list[list[int | None]]) -> str:
 
 
 def _checked(program: RawProgram, metadata: dict[str, Any], source: str) -> Callable[..., torch.Tensor]:
-    from pytest_fullgraph.decode import UnsupportedGeneration, generation_limit, trimmed
+    from pytest_fullgraph.decode import UnsupportedGeneration, run_program
 
     expected = metadata["inputs"]
     loop = str(metadata.get("loop", "unrolled"))
@@ -194,11 +194,10 @@ def _checked(program: RawProgram, metadata: dict[str, Any], source: str) -> Call
                 raise ArtifactError(f"{source}: {name} is {tuple(tensor.shape)} {tensor.dtype}, but the program "
                                     f"takes {describe_shape(ranges)} {dtype} (input_ids and attention_mask alike)")
         try:
-            limit = generation_limit(loop, int(metadata["max_new_tokens"]), max_new_tokens, input_ids.device)
-        except UnsupportedGeneration as error:
+            return run_program(program, loop, int(metadata["max_new_tokens"]), input_ids, attention_mask,
+                               max_new_tokens)
+        except UnsupportedGeneration as error:  # a length the program does not take: refused before it runs
             raise ArtifactError(f"{source}: {error}") from None
-        sequences, steps = program(input_ids, attention_mask, *((limit,) if loop == "while" else ()))
-        return trimmed(sequences, input_ids, steps)
 
     run.artifact_metadata = metadata  # type: ignore[attr-defined]
     return run

@@ -160,6 +160,12 @@ def new_static_cache(model: PreTrainedModel, max_cache_len: int) -> Any:
     return StaticCache(config=model.config, max_cache_len=max_cache_len)
 
 
+def check_loop(loop: str) -> None:
+    """A loop form of ``LOOPS``, or ``UnsupportedGeneration`` naming the ones there are."""
+    if loop not in LOOPS:
+        raise UnsupportedGeneration(f"loop={loop!r} is not a loop form; use one of {', '.join(LOOPS)}")
+
+
 def new_cache(model: PreTrainedModel, plan: DecodePlan, max_cache_len: int, loop: str) -> Any:
     """The cache a loop form runs on: ``generate``'s static cache unrolled; for the ``while_loop`` form, one whose
     state is all in tensors (after checking its processors can be traced once for every step)."""
@@ -305,9 +311,8 @@ def fullgraph_generate(
     several EOS ids, and left-padded batches are supported; anything else raises
     ``UnsupportedGeneration`` naming the setting.
     """
+    check_loop(loop)
     attention_mask, plan = prepare(model, input_ids, attention_mask, generation_config)
-    if loop not in LOOPS:
-        raise UnsupportedGeneration(f"loop={loop!r} is not a loop form; use one of {', '.join(LOOPS)}")
     cache = new_cache(model, plan, cache_length(input_ids, plan), loop)
     run = compiler(LOOPS[loop]) if compiler is not None else LOOPS[loop]
     with torch.no_grad():
@@ -371,17 +376,10 @@ def export_generate(
     whose callable also takes ``max_new_tokens=`` (1 up to the config's, the default): one program for every
     generation length up to that bound.
     """
-    if loop not in LOOPS:
-        raise UnsupportedGeneration(f"loop={loop!r} is not a loop form; use one of {', '.join(LOOPS)}")
+    check_loop(loop)
     attention_mask, plan = prepare(model, input_ids, attention_mask, generation_config)
     cache_len = cache_length(input_ids, plan)
     dynamic_shapes: tuple[Any, ...] | None = None
-    if loop == "while":
-        for name in MAX_LENGTH_SETTINGS:
-            if getattr(plan.config, name, None) is not None:
-                raise UnsupportedGeneration(f"export_generate(loop='while') does not support {name}="
-                                            f"{getattr(plan.config, name)!r}: its processor is built for the "
-                                            "bound's max_length; export with loop='unrolled'")
     if dynamic:
         for name in PROMPT_LENGTH_SETTINGS:
             if getattr(plan.config, name, 0):
@@ -396,6 +394,11 @@ def export_generate(
         dynamic_shapes = ({0: torch.export.Dim.AUTO, 1: torch.export.Dim.AUTO},) * 2
     example: tuple[torch.Tensor, ...] = (input_ids, attention_mask)
     if loop == "while":
+        for name in MAX_LENGTH_SETTINGS:
+            if getattr(plan.config, name, None) is not None:
+                raise UnsupportedGeneration(f"export_generate(loop='while') does not support {name}="
+                                            f"{getattr(plan.config, name)!r}: its processor is built for the "
+                                            "bound's max_length; export with loop='unrolled'")
         example += (torch.tensor(plan.max_new_tokens, device=input_ids.device),)
         dynamic_shapes = (*dynamic_shapes, None) if dynamic_shapes is not None else None
     program = torch.export.export(DecodeProgram(model, plan, cache_len, loop), example,
@@ -405,10 +408,7 @@ def export_generate(
 
     def run(run_input_ids: torch.Tensor, run_attention_mask: torch.Tensor,
             max_new_tokens: int | None = None) -> torch.Tensor:
-        limit = generation_limit(loop, bound, max_new_tokens, run_input_ids.device)
-        extra = (limit,) if loop == "while" else ()
-        sequences, steps = module(run_input_ids, run_attention_mask, *extra)
-        return trimmed(sequences, run_input_ids, steps)
+        return run_program(module, loop, bound, run_input_ids, run_attention_mask, max_new_tokens)
 
     exported = cast(ExportedGeneration, run)
     exported.exported_program = program
@@ -418,7 +418,17 @@ def export_generate(
     return exported
 
 
-def generation_limit(loop: str, bound: int, max_new_tokens: int | None, device: torch.device) -> torch.Tensor:
+def run_program(program: Callable[..., tuple[torch.Tensor, torch.Tensor]], loop: str, bound: int,
+                input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int | None) -> torch.Tensor:
+    """Call an exported generation program (in memory, or loaded from an artifact) as ``generate`` is called: a
+    ``while`` program gets its length input, checked against its ``bound``; the output is trimmed like
+    ``generate``'s."""
+    limit = _generation_limit(loop, bound, max_new_tokens, input_ids.device)
+    sequences, steps = program(input_ids, attention_mask, *((limit,) if loop == "while" else ()))
+    return trimmed(sequences, input_ids, steps)
+
+
+def _generation_limit(loop: str, bound: int, max_new_tokens: int | None, device: torch.device) -> torch.Tensor:
     """The third input of a ``while`` program: ``max_new_tokens`` (default: the bound), checked against the
     bound the program's buffers were sized for; an unrolled program takes no such input."""
     if max_new_tokens is None:

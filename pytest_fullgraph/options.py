@@ -246,12 +246,12 @@ def resolve_settings(config: pytest.Config, registry: Registry) -> Settings:
         raise pytest.UsageError(f"{models_source or '--fullgraph-models'}: {error}") from None
     models = tuple(sorted(set(models) | set(pretrained)))
 
-    shard = resolve_shard(config)
+    shard, shard_source = resolve_shard(config)
     if shard is not None:
         try:
             models = select_shard(models, shard, resolve_shard_costs(config))
         except ValueError as error:
-            raise pytest.UsageError(f"{_pick(config, 'fullgraph_shard')[1]}: {error}") from None
+            raise pytest.UsageError(f"{shard_source}: {error}") from None
 
     backend_value, backend_source = _pick(config, "fullgraph_backend")
     if backend_value is None:
@@ -289,12 +289,13 @@ def resolve_settings(config: pytest.Config, registry: Registry) -> Settings:
                     shard=shard.label if shard else None)
 
 
-def resolve_shard(config: pytest.Config) -> Shard | None:
+def resolve_shard(config: pytest.Config) -> tuple[Shard | None, str]:
+    """This run's shard and where it was set; (None, "") when unsharded."""
     value, source = _pick(config, "fullgraph_shard")
     if value is None:
-        return None
+        return None, ""
     try:
-        return parse_shard(value, source)
+        return parse_shard(value, source), source
     except ValueError as error:
         raise pytest.UsageError(str(error)) from None
 

@@ -119,8 +119,7 @@ class FullgraphSession:
 
     def max_new_tokens(self, level: str) -> int:
         """Tokens the checks of ``level`` generate: the run's ``max_new_tokens`` unless the level fixes its own."""
-        return self.levels[level].max_new_tokens(self.settings.max_new_tokens) if level in self.levels else (
-            self.settings.max_new_tokens)
+        return self.levels[level].max_new_tokens(self.settings.max_new_tokens)
 
     def collected_levels(self) -> tuple[str, ...]:
         """The levels of the test ids: all of them in the slow tier; without it, those not ``slow_only``."""

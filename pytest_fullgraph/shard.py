@@ -82,6 +82,15 @@ def select_shard(models: Sequence[str], shard: Shard, costs: Mapping[str, float]
     return chosen
 
 
+def shard_order(label: str) -> tuple[int, int]:
+    """Shard labels sort by number ("2/16" before "10/16"); a label that is not a shard sorts last."""
+    try:
+        shard = parse_shard(label, "shard")
+    except ValueError:
+        return (1 << 30, 0)
+    return (shard.index, shard.count)
+
+
 def missing_shards(labels: Sequence[str]) -> list[str]:
     """The shards of a run that no merged report covers, from the shard labels the reports carry.
 

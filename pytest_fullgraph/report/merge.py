@@ -7,7 +7,7 @@ from typing import Any
 
 from pytest_fullgraph.report.schema import Report, ReportError
 from pytest_fullgraph.results import CheckResult
-from pytest_fullgraph.shard import missing_shards
+from pytest_fullgraph.shard import missing_shards, shard_order
 
 #: Environment keys every shard must share: a merged report describes one configuration.
 MUST_MATCH = ("torch", "transformers", "backend", "max_new_tokens", "run_slow", "strict", "breaks")
@@ -70,7 +70,7 @@ def _merged_environment(environments: list[dict[str, Any]], sources: list[str]) 
         values = [environment[name] for environment in environments if name in environment]
         if name == SHARD_KEY:
             flat = {label for value in values for label in ([value] if isinstance(value, str) else value or [])}
-            labels = sorted(flat, key=_shard_order)
+            labels = sorted(flat, key=shard_order)
             merged[name] = labels or None
             merged[MISSING_KEY] = missing_shards(labels)
         elif name == MISSING_KEY:
@@ -86,10 +86,3 @@ def _merged_environment(environments: list[dict[str, Any]], sources: list[str]) 
     merged["merged_from"] = sources
     return merged
 
-
-def _shard_order(label: str) -> tuple[int, ...]:
-    """Shard labels sort by number ("2/16" before "10/16"); anything else last."""
-    try:
-        return tuple(int(part) for part in label.split("/"))
-    except ValueError:
-        return (1 << 30,)
