@@ -75,6 +75,9 @@ class DecodePlan:
     logits_to_keep: bool
     #: whether decode steps get the attention mask; some models (mamba) take it at prefill only
     mask_when_decoding: bool = True
+    #: whether the model builds its own masks for ``generate`` (``create_masks_for_generate``), which the loop
+    #: then calls as ``generate`` does
+    own_generate_masks: bool = False
 
 
 def check_supported(config: GenerationConfig) -> None:
@@ -119,7 +122,8 @@ def prepare(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: tor
     return attention_mask, DecodePlan(config, processors, max_new_tokens, bool(config.do_sample),
                                       eos if eos is not None and eos.numel() > 0 else None, config._pad_token_tensor,
                                       "position_ids" in parameters, "logits_to_keep" in parameters,
-                                      _mask_when_decoding(model, input_ids, attention_mask))
+                                      _mask_when_decoding(model, input_ids, attention_mask),
+                                      callable(getattr(model, "create_masks_for_generate", None)))
 
 
 def _mask_when_decoding(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> bool:
@@ -180,6 +184,27 @@ def initial_positions(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)
 
 
+def generate_mask(model: PreTrainedModel, plan: DecodePlan, attention_mask: torch.Tensor | None, cache: Any,
+              step_input: torch.Tensor, positions: torch.Tensor) -> Any:
+    """The attention mask a forward gets, as ``generate`` hands it over with a static cache.
+
+    A model that defines ``create_masks_for_generate`` gets its 2D mask through it, as ``generate`` does: bloom
+    pads the mask to the cache length and builds its alibi bias from it, so a raw mask shorter than the cache
+    fails in its attention. Other models build the same 4D mask inside their forward from the 2D one.
+    """
+    if attention_mask is None or not plan.own_generate_masks:
+        return attention_mask
+    if not getattr(cache, "is_compileable", False) or all(getattr(cache, "is_linear", [False])):
+        return attention_mask  # generate builds the masks only for a compileable cache with attention layers
+    batch, length = step_input.shape[0], step_input.shape[1]
+    return cast(Any, model).create_masks_for_generate(
+        config=model.config,
+        # only batch, length, dtype and device are read, as in generate
+        inputs_embeds=torch.empty((batch, length, 0), dtype=model.dtype, device=step_input.device),
+        attention_mask=attention_mask, cache=cache,
+        position_ids=positions if plan.accepts_position_ids else None)
+
+
 def _forward_kwargs(plan: DecodePlan, positions: torch.Tensor) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"use_cache": True}
     if plan.accepts_position_ids:
@@ -225,8 +250,8 @@ def decode_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tenso
     step_input, step_positions = input_ids, initial_positions(attention_mask)
     step_mask: torch.Tensor | None = attention_mask
     for _ in range(plan.max_new_tokens):
-        logits = model(input_ids=step_input, attention_mask=step_mask, cache=cache,
-                       **_forward_kwargs(plan, step_positions)).logits
+        logits = model(input_ids=step_input, cache=cache, **_forward_kwargs(plan, step_positions),
+                       attention_mask=generate_mask(model, plan, step_mask, cache, step_input, step_positions)).logits
         scores = plan.processors(cast(torch.LongTensor, sequences), _last_scores(logits))
         next_tokens = _next_tokens(plan, scores, unfinished)
         steps = steps + (unfinished.max() > 0).long()  # generate runs a step while any row is unfinished
@@ -257,8 +282,8 @@ def decode_while_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch
     full_mask = torch.cat([attention_mask, attention_mask.new_ones((batch, plan.max_new_tokens - 1))], dim=-1)
     sequences = torch.cat([input_ids, input_ids.new_full((batch, plan.max_new_tokens), 0)], dim=-1)
     # prefill, outside the loop: the processors see the prompt as generate shows it to them
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, cache=cache,
-                   **_forward_kwargs(plan, position_ids)).logits
+    logits = model(input_ids=input_ids, cache=cache, **_forward_kwargs(plan, position_ids),
+                   attention_mask=generate_mask(model, plan, attention_mask, cache, input_ids, position_ids)).logits
     unfinished = torch.ones(batch, dtype=torch.long, device=input_ids.device)
     tokens = _next_tokens(plan, plan.processors(cast(torch.LongTensor, input_ids), _last_scores(logits)), unfinished)
     sequences = sequences.index_copy(1, torch.full((1,), prompt_length, device=input_ids.device), tokens[:, None])
@@ -277,8 +302,11 @@ def decode_while_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch
              length: torch.Tensor, sequences: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         step_cache = carried.rebuild(tensors)
         positions = positions + 1
-        logits = model(input_ids=tokens[:, None], attention_mask=full_mask if plan.mask_when_decoding else None,
-                       cache=step_cache, **_forward_kwargs(plan, positions)).logits
+        step_input = tokens[:, None]
+        mask = generate_mask(model, plan, full_mask if plan.mask_when_decoding else None, step_cache, step_input,
+                             positions)
+        logits = model(input_ids=step_input, attention_mask=mask, cache=step_cache,
+                       **_forward_kwargs(plan, positions)).logits
         scores = loop_state.process(plan.processors, sequences, length, _last_scores(logits))
         next_tokens = _next_tokens(plan, scores, unfinished)
         sequences = sequences.index_copy(1, length.reshape(1), next_tokens[:, None])

@@ -55,6 +55,19 @@ def test_recurrent_model_gets_its_mask_at_prefill_only_like_generate() -> None:
     assert torch.equal(fullgraph_generate(model, ids, mask, config, loop="while"), expected)
 
 
+@pytest.mark.parametrize("loop", ["unrolled", "while"])
+def test_model_that_builds_its_own_generate_masks_gets_them_like_generate(loop: str) -> None:
+    """bloom's ``create_masks_for_generate`` pads the 2D mask to the cache length for its alibi bias; handed the
+    raw, shorter mask, its attention failed on mismatched shapes where ``generate`` with a static cache works."""
+    model = build_tiny("bloom")
+    ids = torch.tensor([[0, 0, 5, 6, 7, 8], [9, 10, 11, 12, 13, 14]])
+    mask = (ids != 0).long()
+    config = GenerationConfig(max_new_tokens=5, do_sample=False, pad_token_id=0, eos_token_id=None)
+    expected = generate_fn(model)(input_ids=ids, attention_mask=mask, generation_config=config,
+                                  cache_implementation="static")
+    assert torch.equal(fullgraph_generate(model, ids, mask, config, loop=loop), expected)
+
+
 def test_model_break_is_reported_even_where_the_fullgraph_compile_crashes() -> None:
     """mpt reads its cache length with Tensor.item(): a break in modeling_mpt.py, which under fullgraph=True
     crashes dynamo instead (PyTorch 2.13); the check reports the model's break and keeps the crash."""
