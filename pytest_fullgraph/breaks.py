@@ -207,6 +207,8 @@ class CompileTrace:
     breaks: list[BreakRecord] = field(default_factory=list)
     recompile_reasons: list[str] = field(default_factory=list)
     graph_ops: list[int] = field(default_factory=list)
+    #: why inductor ran a graph without CUDA graphs under ``mode="reduce-overhead"`` (its own words, in order)
+    cudagraph_skips: list[str] = field(default_factory=list)
 
     @property
     def graph_count(self) -> int:
@@ -296,10 +298,17 @@ class CountingBackend:
     """A ``torch.compile`` backend that counts each graph dynamo hands it (with its op count) in ``trace``,
     then compiles it with the named backend."""
 
-    def __init__(self, backend: str, trace: CompileTrace) -> None:
+    def __init__(self, backend: str, trace: CompileTrace, mode: str | None = None) -> None:
         self.name = backend
         self.trace = trace
-        self.__name__ = f"counting_{backend}"
+        #: an inductor mode ("reduce-overhead": CUDA graphs), applied as ``torch.compile(mode=...)`` applies it
+        self.mode = mode
+        self.__name__ = f"counting_{backend}" + (f"_{mode}" if mode else "")
+
+    def with_mode(self, mode: str) -> CountingBackend:
+        """Inductor in ``mode``, counting into the same trace: what ``torch.compile(backend="inductor",
+        mode=mode)`` compiles, seen by this check's counters."""
+        return CountingBackend("inductor", self.trace, mode)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> CountingBackend:
         # transformers deep-copies the generation config that holds the backend: the copy must count here too
@@ -310,7 +319,12 @@ class CountingBackend:
 
         self.trace.graph_ops.append(sum(1 for node in graph_module.graph.nodes
                                         if node.op in ("call_function", "call_method", "call_module")))
-        return lookup_backend(self.name)(graph_module, example_inputs)
+        if self.mode is None:
+            return lookup_backend(self.name)(graph_module, example_inputs)
+        from torch._inductor import list_mode_options
+        from torch._inductor.compile_fx import compile_fx
+
+        return compile_fx(graph_module, example_inputs, config_patches=list_mode_options(self.mode))
 
 
 def counting_backend(backend: str, trace: CompileTrace) -> CountingBackend:
@@ -365,8 +379,42 @@ def capture_compile_events() -> Iterator[CompileTrace]:
     trace_logger.setLevel(logging.DEBUG)
     trace_logger.propagate = False
     try:
-        yield trace
+        with _cudagraph_skips_into(trace):
+            yield trace
     finally:
         trace_logger.handlers = saved_handlers
         trace_logger.setLevel(saved_level)
         trace_logger.propagate = saved_propagate
+
+
+#: The logger inductor tells why it skipped CUDA graphs on (``cudagraph_utils.log_cudagraph_skip_and_bump_counter``,
+#: torch's "cudagraphs" logging artifact); it logs at WARNING, the skip count goes to ``counters["inductor"]``.
+CUDAGRAPHS_LOGGER = "torch._inductor.cudagraph_utils.__cudagraphs"
+
+
+class _CudagraphSkipHandler(logging.Handler):
+    def __init__(self, trace: CompileTrace) -> None:
+        super().__init__(logging.WARNING)
+        self.trace = trace
+
+    def emit(self, record: logging.LogRecord) -> None:
+        reason = first_line(record.getMessage())
+        if reason and reason not in self.trace.cudagraph_skips:
+            self.trace.cudagraph_skips.append(reason)
+
+
+@contextmanager
+def _cudagraph_skips_into(trace: CompileTrace) -> Iterator[None]:
+    """Collect inductor's CUDA-graph skip reasons into ``trace`` while the block runs (the logger is let through
+    at WARNING for the block if torch's logging settings had it quieter)."""
+    skips_logger = logging.getLogger(CUDAGRAPHS_LOGGER)
+    handler = _CudagraphSkipHandler(trace)
+    saved_level = skips_logger.level
+    if skips_logger.getEffectiveLevel() > logging.WARNING:
+        skips_logger.setLevel(logging.WARNING)
+    skips_logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        skips_logger.removeHandler(handler)
+        skips_logger.setLevel(saved_level)

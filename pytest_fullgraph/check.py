@@ -175,6 +175,10 @@ def run_check(
         result.stage = "build"
         return result
     result.device, result.dtype = model_device(model), model_dtype(model)
+    unavailable = level.unavailable_reason(result.device)
+    if unavailable is not None:
+        result.outcome, result.message = SKIP, f"skipped: {unavailable}"
+        return result
     inputs = make_inputs(model, scenario)
     prompt_width = int(inputs["input_ids"].shape[1])
     stage = "eager generation"
@@ -343,6 +347,7 @@ def _compile_and_compare(result: CheckResult, model: PreTrainedModel, inputs: di
             return
         result.timings["compile_s"] = time.perf_counter() - started
     _record_graphs(result, trace, level)
+    result.cudagraph_skips = list(trace.cudagraph_skips)
     violation = level.graph_rule.judge(trace, level.name, model)
     if violation is not None:
         result.outcome, result.message = violation.outcome, violation.message
@@ -350,6 +355,8 @@ def _compile_and_compare(result: CheckResult, model: PreTrainedModel, inputs: di
     if torch.equal(eager, compiled):
         counted = f"{trace.graph_count} graph(s), " if level.graph_rule.counts_graphs else ""
         result.outcome, result.message = PASS, f"{counted}tokens equal to eager"
+        if result.cudagraph_skips:
+            result.message += f"; CUDA graphs skipped: {'; '.join(result.cudagraph_skips)}"
         return
     mismatch = _explained_difference(model, inputs, config, seed, eager, compiled)
     result.outcome, result.mismatch = MISMATCH, mismatch

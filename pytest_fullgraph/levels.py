@@ -92,6 +92,15 @@ class Level:
     own_loop: str = ""
     #: collected only in the slow tier (``--run-slow``): levels whose checks cost more than a pull request affords
     slow_only: bool = False
+    #: the device type the level needs ("cuda" for CUDA graphs); its checks elsewhere are skips that say so
+    needs_device: str | None = None
+
+    def unavailable_reason(self, device: str) -> str | None:
+        """Why the level cannot run on ``device`` (a skip, not a failure), or None when it can."""
+        if self.needs_device is None or device.split(":")[0] == self.needs_device:
+            return None
+        return (f"level {self.name!r} needs a {self.needs_device} device; this check ran on {device} "
+                f"(run with --fullgraph-device={self.needs_device})")
 
     def max_new_tokens(self, run_tokens: int) -> int:
         """Tokens this level's checks generate, given the run's ``max_new_tokens``; levels that exist to test
@@ -258,6 +267,35 @@ class While256Level(While64Level):
     tokens = 256
 
 
+class CudagraphsLevel(DecodeLevel):
+    """The unrolled loop compiled by inductor with ``mode="reduce-overhead"``: the whole generation replayed as
+    CUDA graphs, the main speed-up the 2024 PR was after. One graph with eager's tokens, as ``decode``; where
+    inductor runs a graph without CUDA graphs, its reasons are recorded with the check (a pass still passes:
+    the tokens are exact, only the speed-up is lost). Slow tier, CUDA only."""
+
+    name = "cudagraphs"
+    description = ("fullgraph_generate's loop compiled by inductor with mode='reduce-overhead' (CUDA graphs) on CUDA: "
+                   "one graph, eager's tokens, inductor's CUDA-graph skips recorded (slow tier)")
+    slow_only = True
+    needs_device = "cuda"
+    mode = "reduce-overhead"
+
+    def run(self, model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig, backend: Any,
+            fullgraph: bool) -> torch.Tensor:
+        # the diagnostic pass finds breaks with dynamo alone: its backend is left as it is given
+        chosen = cast("CountingBackend", backend).with_mode(self.mode) if fullgraph else backend
+        return self.compile_loop(model, inputs, config, chosen, fullgraph, self.loop)
+
+
+class CudagraphsWhileLevel(CudagraphsLevel, WhileLevel):
+    """The ``while_loop`` form under CUDA graphs: a loop whose trip count is data-dependent, which CUDA graphs
+    capture only as a whole; inductor's verdict on it is what this level records. Compiled as ``cudagraphs``,
+    run eagerly and diagnosed as ``while``."""
+
+    name = "cudagraphs_while"
+    description = "the cudagraphs level with fullgraph_generate(loop='while') (slow tier, CUDA only)"
+
+
 class ExportLevel(DecodeLevel):
     """``torch.export`` of the same loop, strict: dynamo traces it, so what passes here has no graph break.
 
@@ -326,7 +364,7 @@ class Levels:
 
 #: The built-in levels, in their canonical order (test ids, report columns).
 BUILTIN_LEVELS: tuple[type[Level], ...] = (ForwardLevel, GenerateLevel, DecodeLevel, ExportLevel, WhileLevel,
-                                           While64Level, While256Level)
+                                           While64Level, While256Level, CudagraphsLevel, CudagraphsWhileLevel)
 BUILTIN_LEVEL_NAMES = tuple(level.name for level in BUILTIN_LEVELS)
 
 

@@ -25,6 +25,9 @@ FAST_BACKEND, SLOW_BACKEND = "aot_eager", "inductor"
 FAST_MAX_NEW_TOKENS, SLOW_MAX_NEW_TOKENS = 4, 16
 RUN_SLOW_ENV = "RUN_SLOW"
 BREAK_MODES = ("all", "first")
+#: Device types ``--fullgraph-device`` takes; others (mps, xpu) are untested here and refused by name.
+DEVICE_TYPES = ("cpu", "cuda")
+DEFAULT_DEVICE = "cpu"
 #: When the shipped conformance suite (``pytest_fullgraph.suite``) is collected: "auto" when models are
 #: selected (command line or ini) and no test paths are given; "on" always; "off" never.
 SUITE_MODES = ("auto", "on", "off")
@@ -61,12 +64,14 @@ class Settings:
     cache_dir: Path | None = None
     #: this run's part of the selection (``--fullgraph-shard``), as "I/N"; None when unsharded
     shard: str | None = None
+    #: where models and inputs live (``--fullgraph-device``): "cpu", "cuda", "cuda:1", ...
+    device: str = DEFAULT_DEVICE
 
     def describe(self) -> dict[str, object]:
         """The settings a report records (JSON builtins)."""
         return {"models": list(self.models), "dtypes": list(self.dtypes), "backend": self.backend,
                 "max_new_tokens": self.max_new_tokens, "run_slow": self.run_slow, "strict": self.strict,
-                "breaks": self.breaks, "timeout": self.timeout, "shard": self.shard}
+                "breaks": self.breaks, "timeout": self.timeout, "shard": self.shard, "device": self.device}
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -122,6 +127,10 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--fullgraph-dtype", dest="fullgraph_dtype", metavar="DTYPES", default=None,
                     help=f"Comma list of dtypes to run every check in, of {', '.join(DTYPES)} (default: float32; "
                          "ini: fullgraph_dtype)")
+    group.addoption("--fullgraph-device", dest="fullgraph_device", metavar="DEVICE", default=None,
+                    help=f"Where models and inputs live, a torch device available here: {', '.join(DEVICE_TYPES)}, "
+                         "optionally with an index (cuda:1); the cudagraphs levels need cuda "
+                         f"(default: {DEFAULT_DEVICE}; ini: fullgraph_device)")
     group.addoption("--fullgraph-suite", dest="fullgraph_suite", metavar="MODE", default=None,
                     help="When to collect the built-in conformance suite: 'auto' (default) when models are "
                          "selected and no test paths are given, 'on' always, 'off' never (ini: fullgraph_suite)")
@@ -133,6 +142,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("fullgraph_timeout", "Default for --fullgraph-timeout", default=None)
     parser.addini("fullgraph_suite", "Default for --fullgraph-suite", default=None)
     parser.addini("fullgraph_dtype", "Default for --fullgraph-dtype", default=None)
+    parser.addini("fullgraph_device", "Default for --fullgraph-device", default=None)
     parser.addini("fullgraph_backend", "Default for --fullgraph-backend", default=None)
     parser.addini("fullgraph_max_new_tokens", "Default for --fullgraph-max-new-tokens", default=None)
     parser.addini("fullgraph_artifact_runtime", "Default for --fullgraph-artifact-runtime", default=None)
@@ -192,6 +202,29 @@ def parse_choices(value: str, source: str, choices: tuple[str, ...], what: str) 
         raise pytest.UsageError(f"{source}={value!r}: {', '.join(map(repr, bad)) or 'nothing'} is not {what}; "
                                 f"use a comma list of {', '.join(choices)}")
     return tuple(dict.fromkeys(chosen))
+
+
+def parse_device(value: str, source: str) -> str:
+    """A torch device of a type in ``DEVICE_TYPES`` that this machine has, as torch spells it ("cuda:1")."""
+    import torch
+
+    text = value.strip()
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        device = None
+    if device is None or device.type not in DEVICE_TYPES:
+        raise pytest.UsageError(f"{source}={value!r} is not a device; use one of {', '.join(DEVICE_TYPES)}, "
+                                "optionally with an index (cuda:1)")
+    if device.type != "cpu":
+        backend = getattr(torch, device.type)
+        if not backend.is_available():
+            raise pytest.UsageError(f"{source}={value!r}: torch.{device.type}.is_available() is False on this "
+                                    f"machine (torch {torch.__version__}); use cpu")
+        if device.index is not None and device.index >= backend.device_count():
+            raise pytest.UsageError(f"{source}={value!r}: this machine has {backend.device_count()} "
+                                    f"{device.type} device(s), indices 0..{backend.device_count() - 1}")
+    return str(device)
 
 
 def _pick(config: pytest.Config, name: str) -> tuple[str | None, str]:
@@ -282,11 +315,13 @@ def resolve_settings(config: pytest.Config, registry: Registry) -> Settings:
     suite = "auto" if suite_value is None else parse_choice(suite_value, suite_source, SUITE_MODES, "a suite mode")
     timeout_value, timeout_source = _pick(config, "fullgraph_timeout")
     timeout = DEFAULT_TIMEOUT if timeout_value is None else parse_seconds(timeout_value, timeout_source)
+    device_value, device_source = _pick(config, "fullgraph_device")
+    device = DEFAULT_DEVICE if device_value is None else parse_device(device_value, device_source)
     return Settings(models=models, backend=backend, max_new_tokens=max_new_tokens, run_slow=run_slow,
                     strict=strict, report_dir=report_dir, breaks=breaks, suite=suite,
                     models_selected=models_value is not None or bool(pretrained), dtypes=dtypes, timeout=timeout,
                     artifacts_dir=artifacts_dir, artifact_runtime=artifact_runtime, cache_dir=cache_dir,
-                    shard=shard.label if shard else None)
+                    shard=shard.label if shard else None, device=device)
 
 
 def resolve_shard(config: pytest.Config) -> tuple[Shard | None, str]:

@@ -132,7 +132,8 @@ def pytest_report_header(config: pytest.Config) -> str:
     tier = "slow" if settings.run_slow else "fast"
     return (f"fullgraph: models={models_label(settings.models)} backend={settings.backend} "
             f"max_new_tokens={settings.max_new_tokens} tier={tier} strict={settings.strict} "
-            f"dtypes={','.join(settings.dtypes)}" + (f" shard={settings.shard}" if settings.shard else ""))
+            f"dtypes={','.join(settings.dtypes)}" + (f" shard={settings.shard}" if settings.shard else "")
+            + (f" device={settings.device}" if settings.device != "cpu" else ""))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -222,6 +222,9 @@ class CheckResult:
     stage: str = ""
     #: the saved artifact (``--fullgraph-artifacts``: a passing export check's program), "" when none
     artifact: str = ""
+    #: inductor's reasons for running graphs of the compiled run without CUDA graphs (``mode="reduce-overhead"``
+    #: levels on CUDA); empty when there were none or no CUDA graphs were asked for
+    cudagraph_skips: list[str] = field(default_factory=list)
 
     @property
     def check_id(self) -> str:

@@ -81,11 +81,14 @@ class FullgraphSession:
         if dtype not in DTYPES:
             raise pytest.UsageError(f"unknown dtype {dtype!r}; valid: {', '.join(DTYPES)}")
         spec = self.registry[name]
+        built: Any
         try:
             if spec.known_reason:
                 raise KnownLimitation(spec.known_reason)
             if dtype == DEFAULT_DTYPE:
-                built: Any = spec.build()
+                built = spec.build()
+                if self.settings.device != "cpu":  # built on the CPU, seeded; the checks run where asked
+                    built = built.to(self.settings.device)
             else:
                 built = self.model(name, DEFAULT_DTYPE)
                 if isinstance(built, BaseException):

@@ -56,13 +56,15 @@ def test_in_this_repository_the_suite_is_collected_once() -> None:
     assert all(line.startswith("suites/") for line in ids)
 
 
-def test_the_slow_tier_adds_the_long_while_levels() -> None:
-    """while64 and while256 are collected with RUN_SLOW only: a pull request's tier does not pay for them."""
+def test_the_slow_tier_adds_the_long_while_and_cudagraphs_levels() -> None:
+    """while64, while256 and the cudagraphs levels are collected with RUN_SLOW only: a pull request's tier does
+    not pay for them."""
     completed = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
                                 "--fullgraph-models=llama", "suites/test_conformance.py"], cwd=REPOSITORY,
                                capture_output=True, text=True, check=False, env={**os.environ, "RUN_SLOW": "1"})
     levels = {line.rsplit("-", 2)[1] for line in completed.stdout.splitlines() if "::" in line}
-    assert levels == {"forward", "generate", "decode", "export", "while", "while64", "while256"}, completed.stdout
+    assert levels == {"forward", "generate", "decode", "export", "while", "while64", "while256", "cudagraphs",
+                      "cudagraphs_while"}, completed.stdout
 
 
 #: The README's "Your model, your repository" conftest, at a size that keeps this test quick.

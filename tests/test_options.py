@@ -31,6 +31,8 @@ def header(result: pytest.RunResult) -> str:
         (["--fullgraph-max-new-tokens=-3"], ["'-3' is not a positive integer"]),
         (["--fullgraph-max-new-tokens=four"], ["'four' is not a positive integer"]),
         (["--fullgraph-breaks=some"], ["'some' is not a break mode; use one of all, first"]),
+        (["--fullgraph-device=tpu"], ["--fullgraph-device='tpu' is not a device; use one of cpu, cuda"]),
+        (["--fullgraph-device=cpu:x"], ["'cpu:x' is not a device"]),
     ],
 )
 def test_bad_option_values_are_usage_errors(pytester: pytest.Pytester, args: list[str],
@@ -147,3 +149,20 @@ def test_the_cache_dir_reaches_inductor_in_every_worker(pytester: pytest.Pyteste
     before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     pytester.runpytest(f"--fullgraph-cache-dir={cache}", "-p", "no:cacheprovider").assert_outcomes(passed=1)
     assert os.environ.get("TORCHINDUCTOR_CACHE_DIR") == before  # put back when the session ends
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")
+def test_a_device_this_machine_lacks_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(HEADER_TEST)
+    result = pytester.runpytest("--fullgraph-device=cuda")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--fullgraph-device='cuda': torch.cuda.is_available() is False on this machine" in result.stderr.str()
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")
+def test_the_device_is_in_the_header_and_a_missing_index_is_named(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(HEADER_TEST)
+    assert header(run_here(pytester, "--fullgraph-device=cuda")).endswith(" device=cuda")
+    result = pytester.runpytest("--fullgraph-device=cuda:99")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "cuda device(s), indices 0.." in result.stderr.str()

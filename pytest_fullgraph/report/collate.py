@@ -19,8 +19,12 @@ from pytest_fullgraph.report.schema import JSON_NAME, Report, ReportError, load,
 
 
 def group_name(report: Report) -> str:
-    """``fast-torch2.13.0`` / ``slow-torch2.15.0``: the tier and the torch release a report ran."""
+    """``fast-torch2.13.0`` / ``slow-torch2.15.0``: the tier and the torch release a report ran; a run on a
+    device other than the CPU says which (``slow-cuda-torch2.15.0``), since its verdicts are its own."""
     tier = "slow" if report.environment.get("run_slow") else "fast"
+    device = str(report.environment.get("device") or "cpu").split(":")[0]
+    if device != "cpu":
+        tier = f"{tier}-{device}"
     return f"{tier}-torch{str(report.environment.get('torch')).split('+')[0]}"  # 2.13.0+cpu is 2.13.0
 
 

@@ -10,7 +10,10 @@ from pytest_fullgraph.results import CheckResult
 from pytest_fullgraph.shard import missing_shards, shard_order
 
 #: Environment keys every shard must share: a merged report describes one configuration.
-MUST_MATCH = ("torch", "transformers", "backend", "max_new_tokens", "run_slow", "strict", "breaks")
+MUST_MATCH = ("torch", "transformers", "backend", "max_new_tokens", "run_slow", "strict", "breaks", "device")
+#: Values that mean the default: reports from before ``--fullgraph-device`` ran on the CPU, and named "none" a
+#: run in which no check reached a model.
+DEFAULTS = {"device": ("cpu", (None, "none"))}
 #: What a mismatch of each key means, for the error message.
 _MEANING = {"run_slow": "tier (run_slow)", "strict": "strictness", "breaks": "break mode"}
 #: List-valued keys merged as a sorted union (the shards' models together are the merged run's models).
@@ -59,9 +62,15 @@ def merge(reports: Iterable[tuple[str, Report]]) -> Report:
 
 def _check_same_configuration(source: str, environment: dict[str, Any], first: dict[str, Any]) -> None:
     for name in MUST_MATCH:
-        if environment.get(name) != first.get(name):
-            raise ReportError(f"{source}: {_MEANING.get(name, name)} is {environment.get(name)!r} but an earlier "
-                              f"report has {first.get(name)!r}; merge reports of one configuration")
+        value, earlier = _normalized(name, environment.get(name)), _normalized(name, first.get(name))
+        if value != earlier:
+            raise ReportError(f"{source}: {_MEANING.get(name, name)} is {value!r} but an earlier "
+                              f"report has {earlier!r}; merge reports of one configuration")
+
+
+def _normalized(name: str, value: Any) -> Any:
+    default, meaning_default = DEFAULTS.get(name, (None, ()))
+    return default if value in meaning_default else value
 
 
 def _merged_environment(environments: list[dict[str, Any]], sources: list[str]) -> dict[str, Any]:

@@ -158,6 +158,7 @@ def markdown(report: Report) -> str:
                          f" | {', '.join(site['models'])} | {len(site['checks'])} |")
         lines.append("")
     lines += _audit_section(checks)
+    lines += _cudagraph_section(checks)
     problems = [result for result in checks if result.outcome in FAILING_OUTCOMES]
     if problems:
         lines += ["## Failures", ""]
@@ -194,6 +195,26 @@ def _audit_section(checks: list[CheckResult]) -> list[str]:
     return [*lines, ""] if disagreeing else lines
 
 
+def cudagraph_skips(checks: list[CheckResult]) -> list[tuple[str, list[str]]]:
+    """(reason, check ids) for each reason inductor gave for running a graph without CUDA graphs, the most
+    widespread first."""
+    by_reason: dict[str, list[str]] = {}
+    for result in checks:
+        for reason in result.cudagraph_skips:
+            by_reason.setdefault(reason, []).append(result.check_id)
+    return sorted(by_reason.items(), key=lambda item: (-len(item[1]), item[0]))
+
+
+def _cudagraph_section(checks: list[CheckResult]) -> list[str]:
+    skips = cudagraph_skips(checks)
+    if not skips:
+        return []
+    lines = ["## CUDA graphs skipped", "", "Inductor ran these compiled generations without CUDA graphs "
+             "(`mode=\"reduce-overhead\"`); the tokens were still judged.", "", "| reason | checks |", "|---|---|"]
+    lines += [f"| {_escape(reason)} | {', '.join(f'`{check}`' for check in ids)} |" for reason, ids in skips]
+    return [*lines, ""]
+
+
 def _legend(report: Report, levels: set[str], scenarios: set[str]) -> list[str]:
     """What each level and scenario in the matrix means, from the descriptions the report carries."""
     described = [(kind, name, text) for kind, names in (("level", levels), ("scenario", scenarios))
@@ -223,6 +244,8 @@ def terminal_lines(report: Report, top_sites: int = 5) -> list[str]:
     if disagreeing:
         lines.append(f"_can_compile_fullgraph disagrees with the verdicts for {len(disagreeing)} model(s):")
         lines += [f"  {summary.model}: {summary.disagreement}" for summary in disagreeing]
+    for reason, ids in cudagraph_skips(checks):
+        lines.append(f"CUDA graphs skipped in {len(ids)} check(s): {reason}")
     for worker in report.crashed_workers:
         lines.append(f"crashed worker {_crash_line(worker)}")
     if report.interrupted:

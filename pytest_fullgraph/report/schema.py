@@ -71,8 +71,8 @@ class Report:
 def environment(settings: dict[str, Any], checks: list[CheckResult], descriptions: dict[str, Any]) -> dict[str, Any]:
     """Versions and machine facts that explain a report, the settings that produced it, and where checks ran.
 
-    ``device`` lists the devices the checks' tensors were on (not whether an accelerator exists: that is
-    ``cuda_available``); ``descriptions`` holds the ``levels`` and ``scenarios`` legends.
+    ``device`` is where the checks ran (``--fullgraph-device``, in ``settings``; whether an accelerator exists
+    is ``cuda_available``); ``descriptions`` holds the ``levels`` and ``scenarios`` legends.
     """
     import torch
     import transformers
@@ -82,7 +82,7 @@ def environment(settings: dict[str, Any], checks: list[CheckResult], description
         "transformers": transformers.__version__,
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "device": ",".join(sorted({result.device for result in checks if result.device})) or "none",
+        "device": ",".join(sorted({result.device for result in checks if result.device})) or "cpu",
         "cuda_available": torch.cuda.is_available(),
         "git_revision": _git_revision(),
         **settings,
