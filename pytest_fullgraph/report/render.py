@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_fullgraph.levels import BUILTIN_LEVEL_NAMES
 from pytest_fullgraph.report.audit import AUDIT_LEVELS, disagreements, has_flags, model_summaries
@@ -20,6 +20,9 @@ from pytest_fullgraph.results import (
     CheckResult,
 )
 from pytest_fullgraph.scenarios import SCENARIOS
+
+if TYPE_CHECKING:
+    from pytest_fullgraph.break_help import BreakHelp
 
 
 def _plural(count: int, noun: str) -> str:
@@ -150,13 +153,15 @@ def markdown(report: Report) -> str:
         lines += _legend(report, {level for level, _ in matrix}, {scenario for _, scenario in matrix})
     sites = grouped_sites(checks)
     if sites:
+        help_by_id = report.break_help()
         lines += ["## Break sites", "", "| location | GB id | break | origin | root cause | models | checks |",
                   "|---|---|---|---|---|---|---|"]
         for site in sites:
-            lines.append(f"| `{site['where']}` ({site['function']}) | {site['gb_id'] or '—'} | "
+            lines.append(f"| `{site['where']}` ({site['function']}) | {_gb_link(site['gb_id'], help_by_id)} | "
                          f"{_escape(site['gb_type'])} | {site['origin']} | {'yes' if site['root_cause'] else 'no'}"
                          f" | {', '.join(site['models'])} | {len(site['checks'])} |")
         lines.append("")
+        lines += _help_section([site["gb_id"] for site in sites], help_by_id)
     lines += _audit_section(checks)
     lines += _cudagraph_section(checks)
     problems = [result for result in checks if result.outcome in FAILING_OUTCOMES]
@@ -165,6 +170,31 @@ def markdown(report: Report) -> str:
         lines += [f"- `{result.check_id}` **{result.outcome}**: {_escape(result.headline())}" for result in problems]
         lines.append("")
     return "\n".join(lines)
+
+
+def _gb_link(gb_id: str, help_by_id: dict[str, BreakHelp]) -> str:
+    if not gb_id:
+        return "—"
+    return f"[{gb_id}]({help_by_id[gb_id].url})" if gb_id in help_by_id else gb_id
+
+
+def hint_text(found: BreakHelp) -> str:
+    """The specific hints, then what kind of break the boilerplate says it is: one line."""
+    kinds = f"({', '.join(found.kinds)})" if found.kinds else ""
+    return " ".join(part for part in (*found.hints, kinds) if part)
+
+
+def _help_section(gb_ids: list[str], help_by_id: dict[str, BreakHelp]) -> list[str]:
+    """PyTorch's own words on each GB id of the break sites, in the sites' order."""
+    shown = [help_by_id[gb_id] for gb_id in dict.fromkeys(gb_ids) if gb_id in help_by_id]
+    if not shown:
+        return []
+    lines = ["### What PyTorch says about these breaks", ""]
+    for found in shown:
+        text = " ".join(part for part in (found.explanation, f"Hint: {hint_text(found)}" if hint_text(found) else "")
+                        if part)
+        lines.append(f"- [{found.gb_id}]({found.url}) **{_escape(found.gb_type)}**: {_escape(text)}")
+    return [*lines, ""]
 
 
 def _flag(value: bool | None) -> str:
@@ -237,9 +267,14 @@ def terminal_lines(report: Report, top_sites: int = 5) -> list[str]:
              for row in [["model", *headers], *table]]
     sites = grouped_sites(checks)[:top_sites]
     if sites:
+        help_by_id = report.break_help()
         lines.append("top break sites:")
-        lines += [f"  {site['where']} {site['gb_id'] or '-'} {site['gb_type']} [{site['origin']}] "
-                  f"in {len(site['checks'])} check(s): {', '.join(site['models'])}" for site in sites]
+        for site in sites:
+            lines.append(f"  {site['where']} {site['gb_id'] or '-'} {site['gb_type']} [{site['origin']}] "
+                         f"in {len(site['checks'])} check(s): {', '.join(site['models'])}")
+            found = help_by_id.get(site["gb_id"])
+            if found is not None:
+                lines.append(f"    hint: {hint_text(found) or found.explanation} {found.url}".rstrip())
     disagreeing = disagreements(model_summaries(checks))
     if disagreeing:
         lines.append(f"_can_compile_fullgraph disagrees with the verdicts for {len(disagreeing)} model(s):")

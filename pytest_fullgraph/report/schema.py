@@ -9,9 +9,12 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_fullgraph.results import READABLE_SCHEMA_VERSIONS, SCHEMA, SCHEMA_VERSION, CheckResult
+
+if TYPE_CHECKING:
+    from pytest_fullgraph.break_help import BreakHelp
 
 JSON_NAME = "fullgraph-report.json"
 MARKDOWN_NAME = "fullgraph-report.md"
@@ -50,7 +53,15 @@ class Report:
             "checks": [result.to_dict() for result in self.sorted_checks()],
             # derived from the checks for readers of the JSON; recomputed, never read back
             "models": [summary.to_dict() for summary in model_summaries(self.checks)],
+            "break_help": {gb_id: found.to_dict() for gb_id, found in self.break_help().items()},
         }
+
+    def break_help(self) -> dict[str, BreakHelp]:
+        """PyTorch's explanation and specific hints for each GB id the checks' breaks have, from the installed
+        torch's graph-break registry."""
+        from pytest_fullgraph.break_help import help_for_ids
+
+        return help_for_ids([record.gb_id for result in self.checks for record in result.break_records()])
 
     @classmethod
     def from_dict(cls, data: Any, source: str) -> Report:
