@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from pytest_fullgraph import report
 
@@ -55,6 +56,11 @@ def _parser() -> argparse.ArgumentParser:
     models.add_argument("--no-build", action="store_true",
                         help="Do not build and generate: parameters are counted on the meta device, status "
                              "says only known reasons")
+    scenarios = commands.add_parser(
+        "scenarios", help="List the scenarios (generation features): name, feature, kind, what it sets")
+    scenarios.add_argument("selection", nargs="?", default="all", metavar="NAMES",
+                           help="Which scenarios, as --fullgraph-scenarios takes them (default: all)")
+    scenarios.add_argument("--json", action="store_true", help="One JSON list of rows instead of the table")
     return parser
 
 
@@ -63,6 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "versions":
             return _versions()
+        if args.command == "scenarios":
+            return _scenarios(args.selection, as_json=args.json)
         if args.command == "models":
             return _models(args.selection, args.exclude, as_json=args.json, build=not args.no_build,
                            shard=args.shard, shard_costs=args.shard_costs)
@@ -86,6 +94,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     except report.ReportError as error:
         print(f"pytest_fullgraph: error: {error}", file=sys.stderr)
         return 2
+
+
+def _scenarios(selection: str, as_json: bool) -> int:
+    from pytest_fullgraph.scenarios import BASIC, SCENARIOS, select_scenarios
+
+    try:
+        names = select_scenarios(selection)
+    except ValueError as error:
+        print(f"pytest_fullgraph: error: {error}", file=sys.stderr)
+        return 2
+    rows: list[dict[str, Any]] = [{"name": name, "feature": SCENARIOS[name].feature, "kind": SCENARIOS[name].kind,
+             "basic": name in BASIC, "description": SCENARIOS[name].description, "inert": SCENARIOS[name].inert}
+            for name in names]
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    width = max(len(row["name"]) for row in rows)
+    for row in rows:
+        note = f" [cannot change the tokens: {row['inert']}]" if row["inert"] else ""
+        print(f"{row['name']:<{width}}  {row['kind']:<9}  {row['description']}{note}")
+    return 0
 
 
 def _versions() -> int:

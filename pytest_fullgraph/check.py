@@ -13,7 +13,6 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -46,8 +45,13 @@ from pytest_fullgraph.scenarios import (
     model_device,
     model_dtype,
     model_generation_defaults,
+    needs_greedy_tokens,
     pick_eos_token,
+    plain_greedy,
+    resolve,
+    vocab_size,
 )
+from pytest_fullgraph.scenarios import generate_kwargs as scenario_generate_kwargs
 
 if TYPE_CHECKING:
     import torch
@@ -187,9 +191,10 @@ def run_check(
     try:
         with time_limit(timeout), torch.no_grad(), reproducible_compute(backend, result.dtype):
             try:
-                eos = _scenario_eos(model, inputs, scenario, max_new_tokens)
+                eos, settings = _scenario_values(model, inputs, scenario, max_new_tokens)
                 result.eos_token_id = eos
-                base = generation_config(scenario, max_new_tokens, eos)
+                base = generation_config(scenario, max_new_tokens, eos, settings)
+                inputs.update(scenario_generate_kwargs(scenario, vocab_size(model)))
                 config = level.reference_config(base)
                 with model_generation_defaults(model, eos):
                     started = time.perf_counter()
@@ -216,6 +221,8 @@ def run_check(
                 detail = f"{where}: {type(error).__name__}: {first_line(error)}"
                 if stage.startswith("eager generation") and _NO_KERNEL.search(str(error)):
                     result.outcome, result.message = SKIP, f"{result.dtype} cannot run here{detail}"
+                elif _unsupported(error):  # the loop refuses a setting by name, saying why: no verdict to give
+                    result.outcome, result.message = SKIP, f"unsupported by {level.own_loop or 'the level'}: {error}"
                 else:
                     result.outcome, result.message = ERROR, f"{stage} failed{detail}"
                     if (stage.startswith("eager generation") and base is not None and config is not None
@@ -261,15 +268,18 @@ def _resolve(scenario: Scenario | str, level: Level | str) -> tuple[Scenario, Le
             builtin_levels()[level] if isinstance(level, str) else level)
 
 
-def _scenario_eos(model: PreTrainedModel, inputs: dict[str, Any], scenario: Scenario,
-                  max_new_tokens: int) -> int | None:
-    """The scenario's EOS id: one the model really emits mid-generation, found by a greedy run without EOS."""
-    if not scenario.uses_eos:
-        return None
-    with model_generation_defaults(model, None):
-        free = generate(model, inputs, generation_config(replace(scenario, uses_eos=False), max_new_tokens, None),
-                        scenario.seed)
-    return pick_eos_token(free, int(inputs["input_ids"].shape[1]))
+def _scenario_values(model: PreTrainedModel, inputs: dict[str, Any], scenario: Scenario,
+                     max_new_tokens: int) -> tuple[int | None, dict[str, Any]]:
+    """The scenario's EOS id (one the model really emits mid-generation) and its settings resolved for this
+    model, from a plain greedy run of its prompts when it picks tokens."""
+    prompt_width = int(inputs["input_ids"].shape[1])
+    free = None
+    if needs_greedy_tokens(scenario):
+        with model_generation_defaults(model, None):
+            free = generate(model, inputs, generation_config(plain_greedy(scenario), max_new_tokens, None),
+                            scenario.seed)
+    eos = pick_eos_token(free, prompt_width) if scenario.uses_eos and free is not None else None
+    return eos, resolve(scenario, free, prompt_width, max_new_tokens, eos, vocab_size(model))
 
 
 def _deterministic(result: CheckResult, model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig,

@@ -80,16 +80,42 @@ class DecodePlan:
     own_generate_masks: bool = False
 
 
+#: Why a setting cannot be in one graph, and what to do instead: the refusal's message says it.
+WHY_UNSUPPORTED: dict[str, str] = {
+    "stop_strings": "StopStringCriteria matches decoded text on the host; this loop stops on token ids: give the stop "
+                    "string's token ids as eos_token_id instead",
+    "max_time": "MaxTimeCriteria reads the host clock at every step, which a compiled graph cannot; bound the work "
+                "with max_new_tokens instead",
+    "watermarking_config": "WatermarkLogitsProcessor seeds a host torch.Generator from the previous token at every "
+                           "step",
+    "guidance_scale": "classifier-free guidance runs a second forward on the unconditional prompt with a cache of its "
+                      "own, which this loop does not carry",
+    "prefix_allowed_tokens_fn": "a Python function called on the host for every row at every step; express the "
+                                "constraint as bad_words_ids, sequence_bias or suppress_tokens instead",
+}
+#: ``generate`` arguments the loop takes and ignores: a tokenizer only serves stop strings, which are refused.
+IGNORED_GENERATE_ARGUMENTS = ("tokenizer",)
+
+
 def check_supported(config: GenerationConfig) -> None:
     for name, off in UNSUPPORTED_SETTINGS.items():
         value = getattr(config, name, off)
         if value is not None and value != off:
+            why = f": {WHY_UNSUPPORTED[name]}" if name in WHY_UNSUPPORTED else ""
             raise UnsupportedGeneration(f"fullgraph_generate does not support {name}={value!r} "
-                                        f"(supported: greedy and sampling, {name}={off!r})")
+                                        f"(supported: greedy and sampling, {name}={off!r}){why}")
     mode = str(config.get_generation_mode().value)
     if mode not in ("greedy_search", "sample"):
         raise UnsupportedGeneration(f"fullgraph_generate does not support generation mode {mode!r}; "
                                     "supported: 'greedy_search', 'sample'")
+
+
+def check_generate_arguments(arguments: dict[str, Any]) -> None:
+    """Refuse, naming it and saying why, a further ``generate`` argument the loop cannot honour."""
+    for name in arguments:
+        if name not in IGNORED_GENERATE_ARGUMENTS:
+            why = WHY_UNSUPPORTED.get(name, "not an argument this loop knows")
+            raise UnsupportedGeneration(f"fullgraph_generate does not support {name}=...: {why}")
 
 
 def prepare(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
@@ -330,6 +356,7 @@ def fullgraph_generate(
     *,
     compiler: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None,
     loop: str = "unrolled",
+    **generate_arguments: Any,
 ) -> torch.Tensor:
     """Generate like ``model.generate(input_ids, attention_mask=..., generation_config=...)``.
 
@@ -337,9 +364,11 @@ def fullgraph_generate(
     without it the loop runs eagerly. ``loop`` picks the form: "unrolled" or "while" (see ``LOOPS``).
     Greedy and sampling (temperature, top-k, top-p, min-p, repetition penalty, min_new_tokens), one or
     several EOS ids, and left-padded batches are supported; anything else raises
-    ``UnsupportedGeneration`` naming the setting.
+    ``UnsupportedGeneration`` naming the setting. ``generate_arguments`` are ``generate``'s further arguments
+    (``prefix_allowed_tokens_fn``, ``tokenizer``): refused, naming them, unless harmless to ignore.
     """
     check_loop(loop)
+    check_generate_arguments(generate_arguments)
     attention_mask, plan = prepare(model, input_ids, attention_mask, generation_config)
     cache = new_cache(model, plan, cache_length(input_ids, plan), loop)
     run = compiler(LOOPS[loop]) if compiler is not None else LOOPS[loop]
@@ -393,6 +422,7 @@ def export_generate(
     dynamic: bool = False,
     max_prompt_length: int | None = None,
     loop: str = "unrolled",
+    **generate_arguments: Any,
 ) -> ExportedGeneration:
     """``torch.export.export`` the whole generation loop.
 
@@ -405,6 +435,7 @@ def export_generate(
     generation length up to that bound.
     """
     check_loop(loop)
+    check_generate_arguments(generate_arguments)
     attention_mask, plan = prepare(model, input_ids, attention_mask, generation_config)
     cache_len = cache_length(input_ids, plan)
     dynamic_shapes: tuple[Any, ...] | None = None

@@ -78,6 +78,12 @@ class LoopNotCaptured(Exception):
         self.error = error
 
 
+def further_arguments(inputs: dict[str, Any]) -> dict[str, Any]:
+    """A check's ``generate`` arguments besides the prompts (a scenario's ``prefix_allowed_tokens_fn``,
+    ``tokenizer``): levels with a loop of their own hand them on, and the loop refuses what it cannot honour."""
+    return {name: value for name, value in inputs.items() if name not in ("input_ids", "attention_mask")}
+
+
 class Level:
     """A way of compiling generation. Subclass it and override what differs; ``run_compiled`` is required.
 
@@ -194,7 +200,8 @@ class DecodeLevel(_TorchCompileLevel):
                              config: GenerationConfig) -> torch.Tensor:
         from pytest_fullgraph.decode import fullgraph_generate
 
-        return fullgraph_generate(model, inputs["input_ids"], inputs["attention_mask"], config, loop=self.loop)
+        return fullgraph_generate(model, inputs["input_ids"], inputs["attention_mask"], config, loop=self.loop,
+                                  **further_arguments(inputs))
 
     def run(self, model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig, backend: Any,
             fullgraph: bool) -> torch.Tensor:
@@ -211,7 +218,7 @@ class DecodeLevel(_TorchCompileLevel):
             return torch.compile(function, fullgraph=fullgraph, backend=backend)
 
         return fullgraph_generate(model, inputs["input_ids"], inputs["attention_mask"], config, compiler=compiler,
-                                  loop=loop)
+                                  loop=loop, **further_arguments(inputs))
 
 
 class WhileLevel(DecodeLevel):
@@ -236,7 +243,8 @@ class WhileLevel(DecodeLevel):
         try:
             return super().run_own_loop_eagerly(model, inputs, config)
         except compile_failure_types() as error:
-            fullgraph_generate(model, inputs["input_ids"], inputs["attention_mask"], config, loop="unrolled")
+            fullgraph_generate(model, inputs["input_ids"], inputs["attention_mask"], config, loop="unrolled",
+                               **further_arguments(inputs))
             raise LoopNotCaptured(error) from error
 
     def diagnose(self, model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig,
@@ -317,7 +325,8 @@ class ExportLevel(DecodeLevel):
 
         del backend  # torch.export makes an ExportedProgram; no torch.compile backend is involved
         self._last_program = None
-        program = export_generate(model, inputs["input_ids"], inputs["attention_mask"], config, strict=True)
+        program = export_generate(model, inputs["input_ids"], inputs["attention_mask"], config, strict=True,
+                                  **further_arguments(inputs))
         self._last_program = program
         return program(inputs["input_ids"], inputs["attention_mask"])
 

@@ -13,6 +13,7 @@ from pytest_fullgraph.models import Registry
 from pytest_fullgraph.models.pretrained import register_pretrained
 from pytest_fullgraph.report.schema import ReportError
 from pytest_fullgraph.report.schema import load as load_report
+from pytest_fullgraph.scenarios import BASIC, select_scenarios
 from pytest_fullgraph.shard import Shard, model_costs, parse_shard, select_shard
 
 BACKENDS = ("eager", "aot_eager", "inductor")
@@ -66,12 +67,15 @@ class Settings:
     shard: str | None = None
     #: where models and inputs live (``--fullgraph-device``): "cpu", "cuda", "cuda:1", ...
     device: str = DEFAULT_DEVICE
+    #: the scenarios every model runs (``--fullgraph-scenarios``), in the scenario table's order
+    scenarios: tuple[str, ...] = BASIC
 
     def describe(self) -> dict[str, object]:
         """The settings a report records (JSON builtins)."""
         return {"models": list(self.models), "dtypes": list(self.dtypes), "backend": self.backend,
                 "max_new_tokens": self.max_new_tokens, "run_slow": self.run_slow, "strict": self.strict,
-                "breaks": self.breaks, "timeout": self.timeout, "shard": self.shard, "device": self.device}
+                "breaks": self.breaks, "timeout": self.timeout, "shard": self.shard, "device": self.device,
+                "scenarios_selected": list(self.scenarios)}
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -84,6 +88,10 @@ def add_options(parser: pytest.Parser) -> None:
                     help="Comma list of NAME=DIR: check the causal LM saved in each local directory (loaded with "
                          "from_pretrained, offline) as model NAME, beside the models selected (without "
                          "--fullgraph-models, only these; ini: fullgraph_pretrained)")
+    group.addoption("--fullgraph-scenarios", dest="fullgraph_scenarios", metavar="NAMES", default=None,
+                    help="Comma list of scenarios (generation features) every model runs: names, 'all', 'basic' "
+                         "and glob patterns (top_*); python -m pytest_fullgraph scenarios lists them "
+                         "(default: basic, i.e. greedy, sample, eos, padded; ini: fullgraph_scenarios)")
     group.addoption("--fullgraph-exclude", dest="fullgraph_exclude", metavar="NAMES", default=None,
                     help="Comma list of models to leave out of the selection, in the same forms "
                          "(ini: fullgraph_exclude)")
@@ -137,6 +145,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("fullgraph_models", "Default for --fullgraph-models", default=None)
     parser.addini("fullgraph_pretrained", "Default for --fullgraph-pretrained", default=None)
     parser.addini("fullgraph_exclude", "Default for --fullgraph-exclude", default=None)
+    parser.addini("fullgraph_scenarios", "Default for --fullgraph-scenarios", default=None)
     parser.addini("fullgraph_shard", "Default for --fullgraph-shard", default=None)
     parser.addini("fullgraph_shard_costs", "Default for --fullgraph-shard-costs", default=None)
     parser.addini("fullgraph_timeout", "Default for --fullgraph-timeout", default=None)
@@ -315,13 +324,18 @@ def resolve_settings(config: pytest.Config, registry: Registry) -> Settings:
     suite = "auto" if suite_value is None else parse_choice(suite_value, suite_source, SUITE_MODES, "a suite mode")
     timeout_value, timeout_source = _pick(config, "fullgraph_timeout")
     timeout = DEFAULT_TIMEOUT if timeout_value is None else parse_seconds(timeout_value, timeout_source)
+    scenarios_value, scenarios_source = _pick(config, "fullgraph_scenarios")
+    try:
+        scenarios = BASIC if scenarios_value is None else select_scenarios(scenarios_value)
+    except ValueError as error:
+        raise pytest.UsageError(f"{scenarios_source}: {error}") from None
     device_value, device_source = _pick(config, "fullgraph_device")
     device = DEFAULT_DEVICE if device_value is None else parse_device(device_value, device_source)
     return Settings(models=models, backend=backend, max_new_tokens=max_new_tokens, run_slow=run_slow,
                     strict=strict, report_dir=report_dir, breaks=breaks, suite=suite,
                     models_selected=models_value is not None or bool(pretrained), dtypes=dtypes, timeout=timeout,
                     artifacts_dir=artifacts_dir, artifact_runtime=artifact_runtime, cache_dir=cache_dir,
-                    shard=shard.label if shard else None, device=device)
+                    shard=shard.label if shard else None, device=device, scenarios=scenarios)
 
 
 def resolve_shard(config: pytest.Config) -> tuple[Shard | None, str]:

@@ -13,7 +13,7 @@ import pytest
 from pytest_fullgraph import breaks, hookspecs, models, options, report
 from pytest_fullgraph.levels import builtin_levels
 from pytest_fullgraph.results import DEFAULT_DTYPE, CheckResult
-from pytest_fullgraph.scenarios import SCENARIOS
+from pytest_fullgraph.scenarios import BASIC
 from pytest_fullgraph.session import REPORT_ATTRIBUTE, RESULTS_KEY, FullgraphSession, KnownLimitation
 
 if TYPE_CHECKING:
@@ -133,7 +133,8 @@ def pytest_report_header(config: pytest.Config) -> str:
     return (f"fullgraph: models={models_label(settings.models)} backend={settings.backend} "
             f"max_new_tokens={settings.max_new_tokens} tier={tier} strict={settings.strict} "
             f"dtypes={','.join(settings.dtypes)}" + (f" shard={settings.shard}" if settings.shard else "")
-            + (f" device={settings.device}" if settings.device != "cpu" else ""))
+            + (f" device={settings.device}" if settings.device != "cpu" else "")
+            + (f" scenarios={','.join(settings.scenarios)}" if settings.scenarios != BASIC else ""))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -145,7 +146,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 def _axes(session: FullgraphSession) -> dict[str, tuple[str, ...]]:
     """The parametrized fixtures and their values, in test-id order; the same on every xdist worker."""
-    return {"fullgraph_model_name": session.settings.models, "fullgraph_scenario": tuple(SCENARIOS),
+    return {"fullgraph_model_name": session.settings.models, "fullgraph_scenario": session.settings.scenarios,
             "fullgraph_level": session.collected_levels(), "fullgraph_dtype": session.settings.dtypes}
 
 

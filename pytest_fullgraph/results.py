@@ -14,10 +14,11 @@ SCHEMA = "pytest_fullgraph/report"
 #: version 3 the ``dtype`` of each check (part of its identity), the ``skip`` outcome and ``mismatch.precision``;
 #: version 4 each check's ``model_class``, ``parameters``, ``can_compile_fullgraph``, ``stage`` and ``artifact``,
 #: and the derived
-#: per-model ``models`` section (facts, verdicts by level, flag audit).
-SCHEMA_VERSION = 4
+#: per-model ``models`` section (facts, verdicts by level, flag audit); version 5 each check's ``cudagraph_skips``
+#: and the derived ``break_help`` section (PyTorch's hints by GB id).
+SCHEMA_VERSION = 5
 #: Versions this package reads; older reports load with the newer fields at their defaults (float32).
-READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4)
+READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4, 5)
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+import fnmatch
+import functools
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pytest_fullgraph.models.tiny import FIRST_PROMPT_ID, PAD_TOKEN_ID
@@ -15,8 +17,47 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class GreedyToken:
+    """A setting's value: the token the model's plain greedy run emits in ``row`` as its new token ``step``, so a
+    scenario acts on tokens the model really generates (forbid, bias, suppress, force them)."""
+
+    row: int
+    step: int
+
+
+@dataclass(frozen=True)
+class PickedEos:
+    """A setting's value: the scenario's EOS id (picked as ``pick_eos_token`` picks it)."""
+
+
+@dataclass(frozen=True)
+class NewTokens:
+    """A setting's value: the run's ``max_new_tokens`` + ``delta`` (for ``min_new_tokens``)."""
+
+    delta: int
+
+
+@dataclass(frozen=True)
+class TotalLength(NewTokens):
+    """A setting's value: prompt width + the run's ``max_new_tokens`` + ``delta`` (for ``max_length``)."""
+
+
+EOS = PickedEos()
+#: Sampling settings that turn every warper off, so a sampling feature's scenario measures that feature alone
+#: (``GenerationConfig``'s own defaults keep top-k 50 on).
+NEUTRAL_SAMPLING: dict[str, Any] = {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0}
+
+
+@dataclass(frozen=True)
 class Scenario:
-    """Inputs and generation settings of a check; every value is fixed so runs are reproducible."""
+    """Inputs and generation settings of a check; every value is fixed so runs are reproducible.
+
+    ``settings`` are the feature's further ``GenerationConfig`` values and ``context`` what it is measured
+    against (``GreedyToken``, ``EOS`` and lengths in either are resolved per model); ``generate_kwargs`` are
+    further ``generate`` arguments (``TOKENIZER``: a tokenizer of the model's tiny vocabulary). ``feature`` is
+    the generation feature a scenario exercises (the report's feature views); ``inert`` says why its settings
+    cannot change the tokens, when they cannot.
+    """
 
     name: str
     description: str
@@ -27,20 +68,128 @@ class Scenario:
     top_p: float | None = None
     uses_eos: bool = False
     seed: int = 1234
+    feature: str = ""
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    #: settings the feature is measured against (neutral sampling, a repetition reward): part of the config,
+    #: but not the feature (the scenario without ``settings`` is its plain counterpart)
+    context: Mapping[str, Any] = field(default_factory=dict)
+    generate_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    #: in the default selection (``basic``)
+    basic: bool = False
+    inert: str = ""
 
+    @property
+    def kind(self) -> str:
+        """"basic" (the default four), else "processor", "sampling" or "stopping": which part of ``generate``
+        the feature lives in."""
+        if self.basic:
+            return "basic"
+        if self.feature in STOPPING_FEATURES:
+            return "stopping"
+        return "sampling" if self.do_sample or self.context.get("do_sample") else "processor"
+
+
+def allowed_prefix_tokens(batch_id: int, input_ids: Any) -> list[int]:
+    """``prefix_allowed_tokens_fn`` of the prefix-constrained scenario: a fixed window of 16 ids."""
+    del batch_id, input_ids
+    return list(range(FIRST_PROMPT_ID, FIRST_PROMPT_ID + 16))
+
+
+#: ``generate_kwargs`` value: a tokenizer for the model's tiny vocabulary (``tiny_tokenizer``).
+TOKENIZER = "tokenizer"
+STOPPING_FEATURES = ("eos", "eos_list", "max_length", "stop_strings", "max_time")
+_G = GreedyToken
 
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
-        Scenario("greedy", "greedy decoding, batch 2, prompts of 8 tokens, no EOS"),
+        Scenario("greedy", "greedy decoding, batch 2, prompts of 8 tokens, no EOS", basic=True, feature="greedy"),
         Scenario("sample", "do_sample with temperature 0.7, top-k 20, top-p 0.9 and a fixed seed",
-                 do_sample=True, temperature=0.7, top_k=20, top_p=0.9),
+                 do_sample=True, temperature=0.7, top_k=20, top_p=0.9, basic=True, feature="sample"),
         Scenario("eos", "greedy with an EOS id the model emits mid-generation; finished rows are padded",
-                 uses_eos=True),
+                 uses_eos=True, basic=True, feature="eos"),
         Scenario("padded", "left-padded batch of prompts of lengths 8 and 5 with an attention mask",
-                 prompt_lengths=(8, 5)),
+                 prompt_lengths=(8, 5), basic=True, feature="padding"),
+        # logits processors, greedy
+        Scenario("repetition_penalty", "greedy, repetition_penalty=0.2: seen tokens rewarded, so a few new tokens "
+                 "change (RepetitionPenaltyLogitsProcessor)", feature="repetition_penalty",
+                 settings={"repetition_penalty": 0.2}),
+        Scenario("no_repeat_ngram", "greedy, no_repeat_ngram_size=1 against repetition_penalty=0.2: no token "
+                 "twice where seen tokens are rewarded (NoRepeatNGramLogitsProcessor)", feature="no_repeat_ngram",
+                 context={"repetition_penalty": 0.2}, settings={"no_repeat_ngram_size": 1}),
+        Scenario("bad_words", "greedy, bad_words_ids: a token row 0 emits, and a 2-token sequence row 1 emits "
+                 "(NoBadWordsLogitsProcessor)", feature="bad_words",
+                 settings={"bad_words_ids": [[_G(0, 1)], [_G(1, 0), _G(1, 1)]]}),
+        Scenario("sequence_bias", "greedy, sequence_bias of -100 on a token row 0 emits and on a 2-token sequence "
+                 "row 1 emits (SequenceBiasLogitsProcessor)", feature="sequence_bias",
+                 settings={"sequence_bias": [[[_G(0, 1)], -100.0], [[_G(1, 0), _G(1, 1)], -100.0]]}),
+        Scenario("min_length", "greedy with the eos scenario's EOS, min_length = prompt + all new tokens but one "
+                 "(MinLengthLogitsProcessor)", uses_eos=True, feature="min_length",
+                 settings={"min_length": TotalLength(-1)}),
+        Scenario("min_new_tokens", "greedy with the eos scenario's EOS, min_new_tokens = all but one "
+                 "(MinNewTokensLengthLogitsProcessor)", uses_eos=True, feature="min_new_tokens",
+                 settings={"min_new_tokens": NewTokens(-1)}),
+        Scenario("forced_bos", "greedy from 1-token prompts, forced_bos_token_id (ForcedBOSTokenLogitsProcessor: "
+                 "only a 1-token prompt is forced)", prompt_lengths=(1, 1), feature="forced_bos",
+                 settings={"forced_bos_token_id": _G(0, 1)}),
+        Scenario("forced_eos", "greedy, forced_eos_token_id: the last token is forced "
+                 "(ForcedEOSTokenLogitsProcessor)", feature="forced_eos", settings={"forced_eos_token_id": _G(1, 0)}),
+        Scenario("suppress_tokens", "greedy, suppress_tokens: two tokens the rows emit "
+                 "(SuppressTokensLogitsProcessor)", feature="suppress_tokens",
+                 settings={"suppress_tokens": [_G(0, 1), _G(1, 1)]}),
+        Scenario("begin_suppress", "greedy, begin_suppress_tokens: the rows' first new tokens "
+                 "(SuppressTokensAtBeginLogitsProcessor)", feature="begin_suppress_tokens",
+                 settings={"begin_suppress_tokens": [_G(0, 0), _G(1, 0)]}),
+        Scenario("length_decay", "greedy with the eos scenario's EOS, exponential_decay_length_penalty=(0, 8.0) "
+                 "(ExponentialDecayLengthPenalty)", uses_eos=True, feature="exponential_decay_length_penalty",
+                 settings={"exponential_decay_length_penalty": (0, 8.0)}),
+        Scenario("remove_invalid", "greedy, remove_invalid_values=True (InfNanRemoveLogitsProcessor)",
+                 feature="remove_invalid_values", settings={"remove_invalid_values": True},
+                 inert="replaces inf and nan scores, which a healthy model never produces"),
+        Scenario("renormalize", "sampling, renormalize_logits=True (LogitNormalization: log-softmax at the end)",
+                 feature="renormalize_logits", context=NEUTRAL_SAMPLING,
+                 settings={"renormalize_logits": True},
+                 inert="log-softmax keeps the argmax and the sampling distribution"),
+        Scenario("watermark", "greedy, watermarking_config with bias 10 (WatermarkLogitsProcessor: seeds a "
+                 "generator from the previous token)", feature="watermarking",
+                 settings={"watermarking_config": {"bias": 10.0, "greenlist_ratio": 0.25, "context_width": 1}}),
+        Scenario("guidance", "greedy, guidance_scale=3 (UnbatchedClassifierFreeGuidanceLogitsProcessor: a second "
+                 "forward on the unconditional prompt)", feature="classifier_free_guidance",
+                 settings={"guidance_scale": 3.0}),
+        Scenario("prefix_constrained", "greedy, prefix_allowed_tokens_fn allowing 16 ids "
+                 "(PrefixConstrainedLogitsProcessor)", feature="prefix_allowed_tokens_fn",
+                 generate_kwargs={"prefix_allowed_tokens_fn": allowed_prefix_tokens}),
+        # sampling warpers, each alone
+        Scenario("temperature", "sampling, temperature 0.5 alone (TemperatureLogitsWarper)", feature="temperature",
+                 context=NEUTRAL_SAMPLING, settings={"temperature": 0.5}),
+        Scenario("top_k", "sampling, top_k=5 alone (TopKLogitsWarper)", feature="top_k",
+                 context=NEUTRAL_SAMPLING, settings={"top_k": 5}),
+        Scenario("top_p", "sampling, top_p=0.5 alone (TopPLogitsWarper)", feature="top_p",
+                 context=NEUTRAL_SAMPLING, settings={"top_p": 0.5}),
+        Scenario("min_p", "sampling, min_p=0.8 alone (MinPLogitsWarper)", feature="min_p",
+                 context=NEUTRAL_SAMPLING, settings={"min_p": 0.8}),
+        Scenario("top_h", "sampling, top_h=0.3 alone (TopHLogitsWarper)", feature="top_h",
+                 context=NEUTRAL_SAMPLING, settings={"top_h": 0.3}),
+        Scenario("typical_p", "sampling, typical_p=0.5 alone (TypicalLogitsWarper)", feature="typical_p",
+                 context=NEUTRAL_SAMPLING, settings={"typical_p": 0.5}),
+        Scenario("epsilon", "sampling, epsilon_cutoff=0.05 alone (EpsilonLogitsWarper)", feature="epsilon_cutoff",
+                 context=NEUTRAL_SAMPLING, settings={"epsilon_cutoff": 0.05}),
+        Scenario("eta", "sampling, eta_cutoff=0.9 alone (EtaLogitsWarper)", feature="eta_cutoff",
+                 context=NEUTRAL_SAMPLING, settings={"eta_cutoff": 0.9}),
+        # stopping criteria
+        Scenario("eos_list", "greedy, eos_token_id a list: the eos scenario's EOS and a token row 1 emits",
+                 uses_eos=True, feature="eos_list", settings={"eos_token_id": [EOS, _G(1, 1)]}),
+        Scenario("max_length", "greedy, max_length = prompt + max_new_tokens - 1 instead of max_new_tokens "
+                 "(MaxLengthCriteria)", feature="max_length", settings={"max_length": TotalLength(-1)}),
+        Scenario("stop_strings", "greedy, stop_strings: the texts of the rows' second new tokens, with a tokenizer "
+                 "of the tiny vocabulary (StopStringCriteria)", feature="stop_strings",
+                 settings={"stop_strings": [_G(0, 1), _G(1, 1)]}, generate_kwargs={"tokenizer": TOKENIZER}),
+        Scenario("max_time", "greedy, max_time=600 s (MaxTimeCriteria: a host clock)", feature="max_time",
+                 settings={"max_time": 600.0}, inert="a limit no tiny generation reaches"),
     )
 }
+#: The selection keyword for today's four scenarios, the default.
+BASIC = tuple(name for name, scenario in SCENARIOS.items() if scenario.basic)
 
 
 def vocab_size(model: PreTrainedModel) -> int:
@@ -97,14 +246,117 @@ def model_dtype(model: Any) -> str:
     return "float32"
 
 
-def generation_config(scenario: Scenario, max_new_tokens: int, eos_token_id: int | None) -> GenerationConfig:
+def generation_config(scenario: Scenario, max_new_tokens: int, eos_token_id: int | None,
+                      settings: Mapping[str, Any] | None = None) -> GenerationConfig:
+    """The scenario's config; ``settings`` are its ``settings`` resolved for the model (``resolve``)."""
     from transformers import GenerationConfig
 
-    sampling: dict[str, Any] = {}
+    values: dict[str, Any] = {"max_new_tokens": max_new_tokens, "do_sample": scenario.do_sample,
+                              "eos_token_id": eos_token_id, "pad_token_id": PAD_TOKEN_ID}
     if scenario.do_sample:
-        sampling = {"temperature": scenario.temperature, "top_k": scenario.top_k, "top_p": scenario.top_p}
-    return GenerationConfig(max_new_tokens=max_new_tokens, do_sample=scenario.do_sample,
-                            eos_token_id=eos_token_id, pad_token_id=PAD_TOKEN_ID, **sampling)
+        values.update(temperature=scenario.temperature, top_k=scenario.top_k, top_p=scenario.top_p)
+    values.update(settings or {})
+    if "max_length" in values:
+        values["max_new_tokens"] = None  # max_new_tokens would win over max_length
+    if isinstance(values.get("watermarking_config"), dict):
+        from transformers import WatermarkingConfig
+
+        values["watermarking_config"] = WatermarkingConfig(**values["watermarking_config"])
+    return GenerationConfig(**values)
+
+
+def needs_greedy_tokens(scenario: Scenario) -> bool:
+    """Whether resolving the scenario needs a plain greedy run of the model (an EOS or tokens to pick)."""
+    return scenario.uses_eos or any(isinstance(value, GreedyToken) for value in _leaves(scenario.settings))
+
+
+def plain_greedy(scenario: Scenario) -> Scenario:
+    """The scenario's prompts with plain greedy decoding: the run its tokens are picked from."""
+    return Scenario(f"{scenario.name}_plain", "plain greedy", prompt_lengths=scenario.prompt_lengths,
+                    seed=scenario.seed)
+
+
+def resolve(scenario: Scenario, greedy_tokens: torch.Tensor | None, prompt_width: int, max_new_tokens: int,
+            eos_token_id: int | None, vocab: int) -> dict[str, Any]:
+    """The scenario's settings with every ``GreedyToken``, ``EOS`` and length replaced by its value for this
+    model and run; stop strings become the tiny tokenizer's text of their tokens."""
+
+    def value(item: Any, key: str) -> Any:
+        if isinstance(item, GreedyToken):
+            if greedy_tokens is None:
+                raise ValueError(f"scenario {scenario.name!r}: {key} picks a greedy token but no greedy run was made")
+            step = min(item.step, greedy_tokens.shape[1] - prompt_width - 1)
+            token = int(greedy_tokens[item.row, prompt_width + step])
+            return tiny_tokenizer(vocab).convert_ids_to_tokens(token) if key == "stop_strings" else token
+        if isinstance(item, PickedEos):
+            return eos_token_id
+        if isinstance(item, NewTokens):
+            return max_new_tokens + item.delta + (prompt_width if isinstance(item, TotalLength) else 0)
+        if isinstance(item, list | tuple):
+            return type(item)(value(part, key) for part in item)
+        if isinstance(item, dict):
+            return {name: value(part, key) for name, part in item.items()}
+        return item
+
+    return {key: value(item, key) for key, item in {**scenario.context, **scenario.settings}.items()}
+
+
+def generate_kwargs(scenario: Scenario, vocab: int) -> dict[str, Any]:
+    """The scenario's further ``generate`` arguments, ``TOKENIZER`` replaced by the tiny tokenizer."""
+    return {key: tiny_tokenizer(vocab) if item == TOKENIZER else item for key, item in scenario.generate_kwargs.items()}
+
+
+def _leaves(value: Any) -> Iterator[Any]:
+    if isinstance(value, Mapping):
+        for item in value.values():
+            yield from _leaves(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _leaves(item)
+    else:
+        yield value
+
+
+STOP_STRING_PROBE = "abcdef"
+
+
+@functools.cache
+def tiny_tokenizer(vocab: int) -> Any:
+    """A word-level tokenizer whose token ``i`` is the text ``<i>``: what stop strings need (the tiny models ship
+    no tokenizer, and none can be downloaded)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = {f"<{index}>": index for index in range(vocab)}
+    # StopStringCriteria measures each token's text by decoding it after this word ("abcdef"), so it must be one
+    words[STOP_STRING_PROBE] = vocab
+    backend = Tokenizer(models.WordLevel(vocab=words, unk_token="<0>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<0>", unk_token="<0>")
+
+
+def select_scenarios(expression: str) -> tuple[str, ...]:
+    """The scenario names a comma list of names, ``all``, ``basic`` and glob patterns selects, in table order;
+    ``ValueError`` naming every entry that selects nothing, and what is valid."""
+    entries = [entry.strip() for entry in expression.split(",") if entry.strip()]
+    chosen: set[str] = set()
+    problems: list[str] = []
+    for entry in entries:
+        if entry == "all":
+            matched = set(SCENARIOS)
+        elif entry == "basic":
+            matched = set(BASIC)
+        else:
+            matched = set(fnmatch.filter(SCENARIOS, entry)) if any(c in entry for c in "*?[") else (
+                {entry} & set(SCENARIOS))
+        if not matched:
+            problems.append(entry)
+        chosen |= matched
+    if problems or not entries:
+        raise ValueError(f"unknown scenario(s): {', '.join(problems) or 'none given'}; valid: all, basic (the "
+                         f"default: {', '.join(BASIC)}), glob patterns such as top_*, or one of "
+                         f"{', '.join(SCENARIOS)}")
+    return tuple(name for name in SCENARIOS if name in chosen)
 
 
 @contextlib.contextmanager

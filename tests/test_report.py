@@ -75,7 +75,9 @@ def test_merge_of_shards_writes_json_and_markdown(tmp_path: Path) -> None:
     assert sorted(r.check_id for r in merged.checks) == [
         "gemma-greedy-forward-float32", "gemma-greedy-generate-float32", "llama-greedy-generate-float32"]
     text = (merged_dir / report.MARKDOWN_NAME).read_text()
-    assert "| `transformers/generation/utils.py:10` (generate) | GB0170 | Data-dependent branching | generation" in text
+    assert ("| `transformers/generation/utils.py:10` (generate) | "
+            "[GB0170](https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0170.html) | "
+            "Data-dependent branching | generation") in text
     assert "gemma, llama | 2 |" in text
 
 

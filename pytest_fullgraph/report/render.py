@@ -141,7 +141,12 @@ def markdown(report: Report) -> str:
     lines += [", ".join(f"**{counts[name]}** {name}" for name in OUTCOMES if counts[name]) or "no checks", ""]
     if report.crashed_workers:
         lines += ["**Crashed workers:** " + "; ".join(_crash_line(w) for w in report.crashed_workers), ""]
+    lines += _feature_sections(report, checks)
     matrix = columns(report)
+    if len(matrix) > MAX_MATRIX_COLUMNS:
+        lines += [f"The per-check matrix ({len(matrix)} level x scenario columns) is left out; the feature views "
+                  "above and the JSON hold every check.", ""]
+        matrix = []
     if matrix:
         by_key = {result.key: result for result in checks}
         lines.append("| model | " + " | ".join(f"{level}<br>{scenario}" for level, scenario in matrix) + " |")
@@ -170,6 +175,50 @@ def markdown(report: Report) -> str:
         lines += [f"- `{result.check_id}` **{result.outcome}**: {_escape(result.headline())}" for result in problems]
         lines.append("")
     return "\n".join(lines)
+
+
+#: Above this many (level, scenario) columns the model x check matrix is unreadable: the feature views replace it.
+MAX_MATRIX_COLUMNS = 40
+#: A check's outcome as one character, for the feature x model view.
+_GLYPHS = {"pass": "✅", "skip": "⏭", "nondeterministic": "⚠", "break": "⛔", "mismatch": "❌", "error": "💥"}
+
+
+def _feature_sections(report: Report, checks: list[CheckResult]) -> list[str]:
+    """Which generation features compile into one graph with eager's tokens: feature x level (outcomes counted
+    over the models) and feature x model (one glyph per level). Shown once a run has scenarios beyond the four
+    basic ones."""
+    scenarios = _canonical({r.scenario for r in checks}, [*(report.environment.get("scenarios") or {}), *SCENARIOS])
+    if set(scenarios) <= {"greedy", "sample", "eos", "padded"}:
+        return []
+    levels = _canonical({r.level for r in checks}, [*(report.environment.get("levels") or {}), *BUILTIN_LEVEL_NAMES])
+    models = sorted({r.model for r in checks})
+    by_cell: dict[tuple[str, str], list[CheckResult]] = {}
+    for result in checks:
+        by_cell.setdefault((result.scenario, result.level), []).append(result)
+    lines = ["## Generation features x levels", "",
+             "Each cell counts the models' outcomes for the feature at the level.", "",
+             "| feature (scenario) | " + " | ".join(levels) + " |", "|---|" + "---|" * len(levels)]
+    for scenario in scenarios:
+        cells = []
+        for level in levels:
+            counts = Counter(result.outcome for result in by_cell.get((scenario, level), []))
+            cells.append(" ".join(f"{_GLYPHS.get(outcome, outcome)} {counts[outcome]}" for outcome in OUTCOMES
+                                  if counts[outcome]) or "—")
+        lines.append(f"| {_feature_label(scenario)} | " + " | ".join(cells) + " |")
+    lines += ["", "## Generation features x models", "",
+              f"Each cell: one glyph per level, in the order {', '.join(levels)}.", "",
+              "| feature (scenario) | " + " | ".join(models) + " |", "|---|" + "---|" * len(models)]
+    by_key = {result.key[:3]: result for result in checks}
+    for scenario in scenarios:
+        cells = ["".join(_GLYPHS.get(by_key[(model, scenario, level)].outcome, "?") if (model, scenario, level)
+                         in by_key else "·" for level in levels) for model in models]
+        lines.append(f"| {_feature_label(scenario)} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def _feature_label(scenario: str) -> str:
+    known = SCENARIOS.get(scenario)
+    return f"{known.feature} (`{scenario}`)" if known and known.feature != scenario else f"`{scenario}`"
 
 
 def _gb_link(gb_id: str, help_by_id: dict[str, BreakHelp]) -> str:

@@ -1,0 +1,147 @@
+"""The generation-feature scenarios: each one's settings really change the tokens (or it says why they cannot),
+selection by name, keyword and pattern, and the loop's refusals that name a feature and say why."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from transformers import StoppingCriteriaList
+
+from pytest_fullgraph import build_tiny
+from pytest_fullgraph.generation import generate
+from pytest_fullgraph.scenarios import (
+    BASIC,
+    SCENARIOS,
+    Scenario,
+    generate_kwargs,
+    generation_config,
+    make_inputs,
+    model_generation_defaults,
+    needs_greedy_tokens,
+    pick_eos_token,
+    plain_greedy,
+    resolve,
+    select_scenarios,
+    vocab_size,
+)
+from tests.conftest import checks_by_id, read_report
+
+FEATURES = [name for name in SCENARIOS if name not in BASIC]
+TOKENS = 4
+
+
+@pytest.fixture(scope="module")
+def llama() -> Any:
+    return build_tiny("llama")
+
+
+def _run(model: Any, scenario: Scenario) -> tuple[torch.Tensor, torch.Tensor, Any]:
+    """(the scenario's tokens, its plain counterpart's tokens, its config) from eager ``generate``."""
+    inputs = make_inputs(model, scenario)
+    width = int(inputs["input_ids"].shape[1])
+    free = None
+    if needs_greedy_tokens(scenario):
+        with model_generation_defaults(model, None):
+            free = generate(model, inputs, generation_config(plain_greedy(scenario), TOKENS, None), scenario.seed)
+    eos = pick_eos_token(free, width) if scenario.uses_eos and free is not None else None
+    plain = dataclasses.replace(scenario, settings={}, generate_kwargs={})
+    vocab = vocab_size(model)
+    config = generation_config(scenario, TOKENS, eos, resolve(scenario, free, width, TOKENS, eos, vocab))
+    plain_config = generation_config(plain, TOKENS, eos, resolve(plain, free, width, TOKENS, eos, vocab))
+    with model_generation_defaults(model, eos):
+        tokens = generate(model, {**inputs, **generate_kwargs(scenario, vocab)}, config, scenario.seed)
+        plain_tokens = generate(model, inputs, plain_config, scenario.seed)
+    return tokens, plain_tokens, config
+
+
+@pytest.mark.parametrize("name", FEATURES)
+def test_each_feature_changes_the_tokens_or_says_why_it_cannot(llama: Any, name: str) -> None:
+    scenario = SCENARIOS[name]
+    tokens, plain_tokens, config = _run(llama, scenario)
+    same = tokens.shape == plain_tokens.shape and torch.equal(tokens, plain_tokens)
+    if scenario.inert:
+        assert same, f"{name} is marked inert ({scenario.inert}) but changed the tokens"
+        config = copy.deepcopy(config)
+        llama._prepare_special_tokens(config, kwargs_has_attention_mask=True, device="cpu")
+        built = [type(item).__name__ for item in
+                 [*llama._get_logits_processor(generation_config=config, input_ids_seq_length=8,
+                                               encoder_input_ids=None, device="cpu", model_kwargs={}),
+                  *llama._get_stopping_criteria(generation_config=config, stopping_criteria=StoppingCriteriaList())]]
+        named = scenario.description.split("(")[-1].split(":")[0].rstrip(")")
+        assert named in built, f"{name}: {named} is not among what generate builds: {built}"
+    else:
+        assert not same, f"{name}'s settings do not change llama's tokens: the scenario does not test its feature"
+
+
+def test_every_scenario_has_a_feature_and_a_unique_name_fit_for_test_ids() -> None:
+    assert len({scenario.feature for scenario in SCENARIOS.values()}) == len(SCENARIOS)
+    assert all("-" not in name and "," not in name for name in SCENARIOS)
+    assert BASIC == ("greedy", "sample", "eos", "padded")
+
+
+@pytest.mark.parametrize(("expression", "expected"), [
+    ("basic", BASIC),
+    ("top_*,greedy", ("greedy", "top_k", "top_p", "top_h")),
+    ("eos_list,eos", ("eos", "eos_list")),  # table order, not the order given
+    ("all", tuple(SCENARIOS)),
+])
+def test_selection(expression: str, expected: tuple[str, ...]) -> None:
+    assert select_scenarios(expression) == expected
+
+
+@pytest.mark.parametrize("expression", ["nope", "top_*,nope", "", "x*"])
+def test_bad_selection_names_the_entry_and_what_is_valid(expression: str) -> None:
+    with pytest.raises(ValueError, match=r"unknown scenario\(s\): .*valid: all, basic"):
+        select_scenarios(expression)
+
+
+def test_the_option_selects_scenarios_and_a_bad_one_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_nothing(fullgraph_settings):\n    pass\n")
+    result = pytester.runpytest("--fullgraph-scenarios=greedy,nope")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--fullgraph-scenarios: unknown scenario(s): nope" in result.stderr.str()
+    pytester.makeini("[pytest]\nfullgraph_scenarios = top_k\n")
+    collected = pytester.runpytest("--fullgraph-models=llama", "--fullgraph-suite=on", "--collect-only", "-q")
+    ids = [line for line in collected.outlines if "test_generation_compiles_exactly" in line]
+    assert ids and all("-top_k-" in line for line in ids), collected.outlines
+
+
+def test_the_loop_refuses_a_feature_as_a_skip_that_says_why(toy_project: pytest.Pytester, tmp_path: Path) -> None:
+    result = toy_project.runpytest("--fullgraph-models=llama", "--fullgraph-suite=on", "-k",
+                                   "test_generation_compiles_exactly and decode",
+                                   "--fullgraph-scenarios=prefix_constrained,max_time,top_k",
+                                   f"--fullgraph-report={tmp_path}")
+    result.assert_outcomes(passed=1, skipped=2)
+    checks = checks_by_id(read_report(tmp_path))
+    assert checks["llama-top_k-decode"]["outcome"] == "pass"
+    prefix = checks["llama-prefix_constrained-decode"]
+    assert prefix["outcome"] == "skip"
+    assert prefix["message"].startswith("unsupported by fullgraph_generate: fullgraph_generate does not support "
+                                        "prefix_allowed_tokens_fn=...: a Python function called on the host")
+    assert "bound the work with max_new_tokens instead" in checks["llama-max_time-decode"]["message"]
+
+
+def test_the_markdown_has_feature_views_once_features_beyond_the_basic_four_ran() -> None:
+    from pytest_fullgraph import report
+    from pytest_fullgraph.report.render import markdown
+    from pytest_fullgraph.results import CheckResult
+
+    checks = [CheckResult(model, scenario, level, "aot_eager", 4, outcome)
+              for model, scenario, level, outcome in [
+                  ("llama", "top_k", "decode", "pass"), ("gemma", "top_k", "decode", "pass"),
+                  ("llama", "top_k", "generate", "break"), ("gemma", "top_k", "generate", "break"),
+                  ("llama", "max_time", "decode", "skip"), ("gemma", "max_time", "decode", "skip"),
+                  ("llama", "max_time", "generate", "break")]]
+    page = markdown(report.Report({}, checks))
+    assert "| top_k (`top_k`)" not in page  # a scenario named after its feature is shown once
+    assert "| `top_k` | ⛔ 2 | ✅ 2 |" in page  # feature x level: generate, then decode
+    assert "| `max_time` | ⛔ 1 | ⏭ 2 |" in page
+    assert "| feature (scenario) | gemma | llama |" in page
+    assert "| `max_time` | ·⏭ | ⛔⏭ |" in page  # feature x model: one glyph per level, · where none ran
+    basic = [CheckResult("llama", "greedy", "decode", "aot_eager", 4, "pass")]
+    assert "Generation features" not in markdown(report.Report({}, basic))
