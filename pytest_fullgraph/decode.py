@@ -278,7 +278,7 @@ def decode_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tenso
     for _ in range(plan.max_new_tokens):
         logits = model(input_ids=step_input, cache=cache, **_forward_kwargs(plan, step_positions),
                        attention_mask=generate_mask(model, plan, step_mask, cache, step_input, step_positions)).logits
-        scores = plan.processors(cast(torch.LongTensor, sequences), _last_scores(logits))
+        scores = loop_state.process_unrolled(plan.processors, sequences, _last_scores(logits))
         next_tokens = _next_tokens(plan, scores, unfinished)
         steps = steps + (unfinished.max() > 0).long()  # generate runs a step while any row is unfinished
         unfinished = _still_running(plan, next_tokens, unfinished)
@@ -311,7 +311,8 @@ def decode_while_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch
     logits = model(input_ids=input_ids, cache=cache, **_forward_kwargs(plan, position_ids),
                    attention_mask=generate_mask(model, plan, attention_mask, cache, input_ids, position_ids)).logits
     unfinished = torch.ones(batch, dtype=torch.long, device=input_ids.device)
-    tokens = _next_tokens(plan, plan.processors(cast(torch.LongTensor, input_ids), _last_scores(logits)), unfinished)
+    tokens = _next_tokens(plan, loop_state.process_unrolled(plan.processors, input_ids, _last_scores(logits)),
+                          unfinished)
     sequences = sequences.index_copy(1, torch.full((1,), prompt_length, device=input_ids.device), tokens[:, None])
     unfinished = _still_running(plan, tokens, unfinished)
     carried = loop_state.CarriedCache(cache)
@@ -362,10 +363,11 @@ def fullgraph_generate(
 
     ``compiler`` wraps the loop, e.g. ``lambda f: torch.compile(f, fullgraph=True, backend="inductor")``;
     without it the loop runs eagerly. ``loop`` picks the form: "unrolled" or "while" (see ``LOOPS``).
-    Greedy and sampling (temperature, top-k, top-p, min-p, repetition penalty, min_new_tokens), one or
-    several EOS ids, and left-padded batches are supported; anything else raises
-    ``UnsupportedGeneration`` naming the setting. ``generate_arguments`` are ``generate``'s further arguments
-    (``prefix_allowed_tokens_fn``, ``tokenizer``): refused, naming them, unless harmless to ignore.
+    Greedy and sampling with every warper, the logits processors of decoder-only generation (the n-gram ban in
+    its device form), one or several EOS ids, and left-padded batches are supported; anything else raises
+    ``UnsupportedGeneration`` naming the setting and saying why. ``generate_arguments`` are ``generate``'s
+    further arguments (``prefix_allowed_tokens_fn``, ``tokenizer``): refused, naming them, unless harmless to
+    ignore.
     """
     check_loop(loop)
     check_generate_arguments(generate_arguments)

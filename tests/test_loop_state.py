@@ -81,8 +81,10 @@ def test_batch_of_one() -> None:
 
 def test_a_processor_one_traced_step_cannot_repeat_is_named() -> None:
     model = build_tiny("llama")
-    config = GenerationConfig(max_new_tokens=4, do_sample=False, pad_token_id=0, no_repeat_ngram_size=2)
-    with pytest.raises(UnsupportedGeneration, match=r"^loop='while' does not support NoRepeatNGramLogitsProcessor"):
+    # every decoder-only processor is supported; this one reads the prompt as an encoder input
+    config = GenerationConfig(max_new_tokens=4, do_sample=False, pad_token_id=0, encoder_repetition_penalty=1.5)
+    with pytest.raises(UnsupportedGeneration,
+                       match=r"^loop='while' does not support EncoderRepetitionPenaltyLogitsProcessor"):
         fullgraph_generate(model, PROMPTS, None, config, loop="while")
 
 

@@ -1,0 +1,85 @@
+"""The loop's device forms of transformers' processors equal transformers' own on any sequence: the n-gram ban,
+the sequence bias and bad words over a fixed-width tail window, and the exponential length penalty."""
+
+from __future__ import annotations
+
+from typing import cast
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from transformers.generation.logits_process import (
+    ExponentialDecayLengthPenalty,
+    LogitsProcessorList,
+    NoBadWordsLogitsProcessor,
+    NoRepeatNGramLogitsProcessor,
+    SequenceBiasLogitsProcessor,
+)
+
+from pytest_fullgraph.loop_state import banned_ngrams, check_processors, process, process_unrolled
+
+VOCAB = 6  # small, so that n-grams and biased sequences repeat
+
+
+@st.composite
+def sequences(draw: st.DrawFn) -> tuple[torch.Tensor, int, int]:
+    """(a (2, width) buffer, the valid length, the buffer's spare width past it) with tokens from VOCAB."""
+    length = draw(st.integers(1, 12))
+    spare = draw(st.integers(0, 4))
+    tokens = draw(st.lists(st.integers(0, VOCAB - 1), min_size=2 * (length + spare), max_size=2 * (length + spare)))
+    return torch.tensor(tokens).reshape(2, length + spare), length, spare
+
+
+def _scores(seed: int) -> torch.Tensor:
+    return torch.randn(2, VOCAB, generator=torch.Generator().manual_seed(seed))
+
+
+@settings(max_examples=150, deadline=None)
+@given(sequences(), st.integers(1, 4), st.integers(0, 1000))
+def test_the_device_ngram_ban_equals_transformers(drawn: tuple[torch.Tensor, int, int], size: int,
+                                                  seed: int) -> None:
+    buffer, length, _ = drawn
+    scores = _scores(seed)
+    expected = NoRepeatNGramLogitsProcessor(size)(buffer[:, :length], scores.clone())
+    assert torch.equal(banned_ngrams(size, buffer, torch.tensor(length), scores), expected)  # while: a buffer
+    assert torch.equal(banned_ngrams(size, buffer[:, :length], length, scores), expected)  # unrolled: the sequence
+
+
+@settings(max_examples=100, deadline=None)
+@given(sequences(), st.lists(st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=3), min_size=1, max_size=4,
+                             unique_by=tuple),
+       st.integers(0, 1000), st.booleans())
+def test_sequence_bias_and_bad_words_over_the_tail_window_equal_transformers(
+        drawn: tuple[torch.Tensor, int, int], biased: list[list[int]], seed: int, bad_words: bool) -> None:
+    buffer, length, _ = drawn
+
+    def processor() -> SequenceBiasLogitsProcessor:
+        if bad_words:
+            return NoBadWordsLogitsProcessor(biased)
+        return SequenceBiasLogitsProcessor([[sequence, -2.5 + index] for index, sequence in enumerate(biased)])
+
+    scores = _scores(seed)
+    expected = processor()(buffer[:, :length], scores.clone())
+    processors = LogitsProcessorList([processor()])
+    check_processors(processors)
+    assert torch.equal(process(processors, buffer, torch.tensor(length), scores.clone()), expected)
+
+
+@settings(max_examples=60, deadline=None)
+@given(sequences(), st.integers(0, 6), st.sampled_from([1.0, 1.5, 8.0, 0.9]), st.integers(0, 1000))
+def test_the_length_penalty_with_a_tensor_length_equals_transformers(drawn: tuple[torch.Tensor, int, int],
+                                                                     start: int, factor: float, seed: int) -> None:
+    buffer, length, _ = drawn
+    scores = _scores(seed)
+    penalty = ExponentialDecayLengthPenalty((start, factor), torch.tensor([2, 4]), input_ids_seq_length=1)
+    expected = penalty(buffer[:, :length], scores.clone())
+    processors = LogitsProcessorList([penalty])
+    assert torch.equal(process(processors, buffer, torch.tensor(length), scores.clone()), expected)
+
+
+def test_the_unrolled_loop_runs_transformers_processors_as_they_are_but_the_ngram_ban() -> None:
+    sequence = torch.tensor([[1, 2, 1, 2, 1], [3, 3, 3, 3, 3]])
+    scores = _scores(0)
+    processors = LogitsProcessorList([NoRepeatNGramLogitsProcessor(2), SequenceBiasLogitsProcessor([[[2], -1.0]])])
+    expected = processors(cast(torch.LongTensor, sequence), scores.clone())
+    assert torch.equal(process_unrolled(processors, sequence, scores.clone()), expected)
