@@ -26,6 +26,8 @@ FAST_BACKEND, SLOW_BACKEND = "aot_eager", "inductor"
 FAST_MAX_NEW_TOKENS, SLOW_MAX_NEW_TOKENS = 4, 16
 RUN_SLOW_ENV = "RUN_SLOW"
 BREAK_MODES = ("all", "first")
+#: ``attn_implementation`` values ``--fullgraph-attn`` takes (None: each model's own default, sdpa for most).
+ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention")
 #: Device types ``--fullgraph-device`` takes; others (mps, xpu) are untested here and refused by name.
 DEVICE_TYPES = ("cpu", "cuda")
 DEFAULT_DEVICE = "cpu"
@@ -69,13 +71,15 @@ class Settings:
     device: str = DEFAULT_DEVICE
     #: the scenarios every model runs (``--fullgraph-scenarios``), in the scenario table's order
     scenarios: tuple[str, ...] = BASIC
+    #: the attention implementation every model is set to (``--fullgraph-attn``); None: the model's default
+    attn_implementation: str | None = None
 
     def describe(self) -> dict[str, object]:
         """The settings a report records (JSON builtins)."""
         return {"models": list(self.models), "dtypes": list(self.dtypes), "backend": self.backend,
                 "max_new_tokens": self.max_new_tokens, "run_slow": self.run_slow, "strict": self.strict,
                 "breaks": self.breaks, "timeout": self.timeout, "shard": self.shard, "device": self.device,
-                "scenarios_selected": list(self.scenarios)}
+                "scenarios_selected": list(self.scenarios), "attn_implementation": self.attn_implementation}
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -139,6 +143,9 @@ def add_options(parser: pytest.Parser) -> None:
                     help=f"Where models and inputs live, a torch device available here: {', '.join(DEVICE_TYPES)}, "
                          "optionally with an index (cuda:1); the cudagraphs levels need cuda "
                          f"(default: {DEFAULT_DEVICE}; ini: fullgraph_device)")
+    group.addoption("--fullgraph-attn", dest="fullgraph_attn", metavar="IMPLEMENTATION", default=None,
+                    help=f"Set every model's attn_implementation to one of {', '.join(ATTN_IMPLEMENTATIONS)}; a model "
+                         "that cannot use it is a skip saying why (default: each model's own; ini: fullgraph_attn)")
     group.addoption("--fullgraph-suite", dest="fullgraph_suite", metavar="MODE", default=None,
                     help="When to collect the built-in conformance suite: 'auto' (default) when models are "
                          "selected and no test paths are given, 'on' always, 'off' never (ini: fullgraph_suite)")
@@ -152,6 +159,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("fullgraph_suite", "Default for --fullgraph-suite", default=None)
     parser.addini("fullgraph_dtype", "Default for --fullgraph-dtype", default=None)
     parser.addini("fullgraph_device", "Default for --fullgraph-device", default=None)
+    parser.addini("fullgraph_attn", "Default for --fullgraph-attn", default=None)
     parser.addini("fullgraph_backend", "Default for --fullgraph-backend", default=None)
     parser.addini("fullgraph_max_new_tokens", "Default for --fullgraph-max-new-tokens", default=None)
     parser.addini("fullgraph_artifact_runtime", "Default for --fullgraph-artifact-runtime", default=None)
@@ -329,13 +337,17 @@ def resolve_settings(config: pytest.Config, registry: Registry) -> Settings:
         scenarios = BASIC if scenarios_value is None else select_scenarios(scenarios_value)
     except ValueError as error:
         raise pytest.UsageError(f"{scenarios_source}: {error}") from None
+    attn_value, attn_source = _pick(config, "fullgraph_attn")
+    attn = None if attn_value is None else parse_choice(attn_value, attn_source, ATTN_IMPLEMENTATIONS,
+                                                        "an attention implementation")
     device_value, device_source = _pick(config, "fullgraph_device")
     device = DEFAULT_DEVICE if device_value is None else parse_device(device_value, device_source)
     return Settings(models=models, backend=backend, max_new_tokens=max_new_tokens, run_slow=run_slow,
                     strict=strict, report_dir=report_dir, breaks=breaks, suite=suite,
                     models_selected=models_value is not None or bool(pretrained), dtypes=dtypes, timeout=timeout,
                     artifacts_dir=artifacts_dir, artifact_runtime=artifact_runtime, cache_dir=cache_dir,
-                    shard=shard.label if shard else None, device=device, scenarios=scenarios)
+                    shard=shard.label if shard else None, device=device, scenarios=scenarios,
+                    attn_implementation=attn)
 
 
 def resolve_shard(config: pytest.Config) -> tuple[Shard | None, str]:

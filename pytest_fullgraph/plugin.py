@@ -134,7 +134,8 @@ def pytest_report_header(config: pytest.Config) -> str:
             f"max_new_tokens={settings.max_new_tokens} tier={tier} strict={settings.strict} "
             f"dtypes={','.join(settings.dtypes)}" + (f" shard={settings.shard}" if settings.shard else "")
             + (f" device={settings.device}" if settings.device != "cpu" else "")
-            + (f" scenarios={','.join(settings.scenarios)}" if settings.scenarios != BASIC else ""))
+            + (f" scenarios={','.join(settings.scenarios)}" if settings.scenarios != BASIC else "")
+            + (f" attn={settings.attn_implementation}" if settings.attn_implementation else ""))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

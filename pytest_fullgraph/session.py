@@ -14,7 +14,7 @@ from pytest_fullgraph import report
 from pytest_fullgraph.levels import Levels
 from pytest_fullgraph.models import Registry, class_facts
 from pytest_fullgraph.options import DTYPES, Settings
-from pytest_fullgraph.results import BREAK, DEFAULT_DTYPE, ERROR, PASS, SKIP, CheckResult
+from pytest_fullgraph.results import BREAK, DEFAULT_DTYPE, ERROR, PASS, SKIP, CheckResult, first_line
 from pytest_fullgraph.scenarios import SCENARIOS
 
 if TYPE_CHECKING:
@@ -36,6 +36,19 @@ def in_dtype(model: Any, dtype: str) -> Any:
 
 class KnownLimitation(Exception):
     """A registered model that is known not to run; its checks say why instead of building it."""
+
+
+def with_attention(model: Any, implementation: str) -> None:
+    """Set the model's ``attn_implementation``; one it cannot use is a ``KnownLimitation`` saying why (its checks
+    are skips: the combination does not exist, nothing is judged)."""
+    try:
+        model.set_attn_implementation(implementation)
+    except (ValueError, ImportError, NotImplementedError) as error:
+        raise KnownLimitation(f"{type(model).__name__} cannot use attn_implementation={implementation!r}: "
+                              f"{first_line(error)}") from None
+    if model.config._attn_implementation != implementation:
+        raise KnownLimitation(f"{type(model).__name__} does not take attn_implementation={implementation!r} after "
+                              "it is built (it does not use transformers' AttentionInterface)")
 
 
 @dataclass
@@ -87,6 +100,8 @@ class FullgraphSession:
                 raise KnownLimitation(spec.known_reason)
             if dtype == DEFAULT_DTYPE:
                 built = spec.build()
+                if self.settings.attn_implementation is not None:
+                    with_attention(built, self.settings.attn_implementation)
                 if self.settings.device != "cpu":  # built on the CPU, seeded; the checks run where asked
                     built = built.to(self.settings.device)
             else:

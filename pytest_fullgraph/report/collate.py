@@ -25,6 +25,8 @@ def group_name(report: Report) -> str:
     device = str(report.environment.get("device") or "cpu").split(":")[0]
     if device != "cpu":
         tier = f"{tier}-{device}"
+    if report.environment.get("attn_implementation"):
+        tier = f"{tier}-{report.environment['attn_implementation']}"
     return f"{tier}-torch{str(report.environment.get('torch')).split('+')[0]}"  # 2.13.0+cpu is 2.13.0
 
 
