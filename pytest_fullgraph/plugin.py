@@ -12,6 +12,7 @@ import pytest
 
 from pytest_fullgraph import breaks, hookspecs, models, options, report
 from pytest_fullgraph.levels import builtin_levels
+from pytest_fullgraph.report.schema import git_revision
 from pytest_fullgraph.results import DEFAULT_DTYPE, CheckResult
 from pytest_fullgraph.scenarios import BASIC
 from pytest_fullgraph.session import REPORT_ATTRIBUTE, RESULTS_KEY, FullgraphSession, KnownLimitation
@@ -57,6 +58,8 @@ def pytest_configure(config: pytest.Config) -> None:
         config.add_cleanup(lambda: _restore_environment(INDUCTOR_CACHE_ENV, previous))
     session = FullgraphSession(settings, registry, levels, is_worker=hasattr(config, "workerinput"))
     session.restore_trace_logger = breaks.silence_structured_trace()
+    if not session.is_worker:
+        git_revision()  # now, before the checks: the report names the commit that ran
     _collect_the_suite(config, settings)
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(_ControllerHooks(session), f"fullgraph-session-{id(config)}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -95,13 +96,16 @@ def environment(settings: dict[str, Any], checks: list[CheckResult], description
         "platform": platform.platform(),
         "device": ",".join(sorted({result.device for result in checks if result.device})) or "cpu",
         "cuda_available": torch.cuda.is_available(),
-        "git_revision": _git_revision(),
+        "git_revision": git_revision(),
         **settings,
         **descriptions,
     }
 
 
-def _git_revision() -> str | None:
+@functools.cache
+def git_revision() -> str | None:
+    """The working tree's commit, read once per process: the session reads it at its start, so a report written
+    after an hour-long run names the code that ran, not a commit made meanwhile."""
     try:
         completed = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
                                    check=False)
