@@ -311,8 +311,8 @@ def decode_while_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch
     logits = model(input_ids=input_ids, cache=cache, **_forward_kwargs(plan, position_ids),
                    attention_mask=generate_mask(model, plan, attention_mask, cache, input_ids, position_ids)).logits
     unfinished = torch.ones(batch, dtype=torch.long, device=input_ids.device)
-    tokens = _next_tokens(plan, loop_state.process_unrolled(plan.processors, input_ids, _last_scores(logits)),
-                          unfinished)
+    prefill_scores = loop_state.process_unrolled(plan.processors, input_ids, _last_scores(logits), isolated=True)
+    tokens = _next_tokens(plan, prefill_scores, unfinished)
     sequences = sequences.index_copy(1, torch.full((1,), prompt_length, device=input_ids.device), tokens[:, None])
     unfinished = _still_running(plan, tokens, unfinished)
     carried = loop_state.CarriedCache(cache)

@@ -214,15 +214,21 @@ def _token_hits(scores: torch.Tensor, tokens: torch.Tensor, where: torch.Tensor)
     return counts > 0
 
 
-def process_unrolled(processors: Any, sequence: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+def process_unrolled(processors: Any, sequence: torch.Tensor, scores: torch.Tensor,
+                     isolated: bool = False) -> torch.Tensor:
     """``processors(sequence, scores)`` for the unrolled loop, whose sequence has its true length: transformers'
     own code, but for processors that cannot be one graph as written (the n-gram ban builds Python dicts of
-    the tokens), which run their device form."""
+    the tokens), which run their device form.
+
+    ``isolated``: run copies, so attribute writes stay out of the processors (the ``while`` form's prefill: a
+    processor that re-assigns ``self.eos_token_id = self.eos_token_id.to(device)`` would otherwise hand the loop
+    body a second name for one tensor, which ``while_loop`` refuses as input aliasing).
+    """
     for processor in processors:
         if type(processor).__name__ == NGRAM:
             scores = banned_ngrams(processor.ngram_size, sequence, sequence.shape[1], scores)
         else:
-            scores = processor(sequence, scores)
+            scores = (copy.copy(processor) if isolated else processor)(sequence, scores)
     return scores
 
 

@@ -83,3 +83,24 @@ def test_the_unrolled_loop_runs_transformers_processors_as_they_are_but_the_ngra
     processors = LogitsProcessorList([NoRepeatNGramLogitsProcessor(2), SequenceBiasLogitsProcessor([[[2], -1.0]])])
     expected = processors(cast(torch.LongTensor, sequence), scores.clone())
     assert torch.equal(process_unrolled(processors, sequence, scores.clone()), expected)
+
+
+def test_a_processor_that_rebinds_its_tensors_at_prefill_compiles_in_the_while_body() -> None:
+    """ExponentialDecayLengthPenalty re-assigns ``self.eos_token_id = self.eos_token_id.to(device)`` when called;
+    called at prefill inside the compiled loop, it handed the body a second name for the EOS tensor, which
+    ``while_loop`` refused as input aliasing. The prefill now runs copies of the processors."""
+    from transformers import GenerationConfig
+
+    from pytest_fullgraph import build_tiny
+    from pytest_fullgraph.decode import fullgraph_generate
+    from pytest_fullgraph.generation import generate_fn
+
+    model = build_tiny("llama")
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10], [11, 12, 13, 14, 15, 16]])
+    model.generation_config.eos_token_id = 50
+    config = GenerationConfig(max_new_tokens=4, do_sample=False, pad_token_id=0, eos_token_id=50,
+                              exponential_decay_length_penalty=(0, 8.0))
+    expected = generate_fn(model)(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config)
+    compiled = fullgraph_generate(model, ids, torch.ones_like(ids), config, loop="while",
+                                  compiler=lambda loop: torch.compile(loop, fullgraph=True, backend="eager"))
+    assert torch.equal(compiled, expected)
