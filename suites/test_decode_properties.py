@@ -1,4 +1,6 @@
-"""Property tests of fullgraph_generate: random batches, paddings, seeds, lengths, EOS and sampling settings.
+"""Property tests of fullgraph_generate: random batches, paddings, seeds, lengths, EOS, sampling settings and the
+logits processors the loop supports (n-gram ban, bad words, sequence bias, suppression, forced tokens, length
+rules and penalties).
 
 Our loop (either form, unrolled or while_loop) run eagerly must equal ``model.generate``, and compiled with
 ``fullgraph=True`` must equal eager.
@@ -42,19 +44,40 @@ def generation_cases(draw: st.DrawFn, vocab: int, loops: tuple[str, ...]) -> dic
     eos = draw(st.one_of(st.none(), st.integers(tiny.FIRST_PROMPT_ID, vocab - 1),
                          st.lists(st.integers(tiny.FIRST_PROMPT_ID, vocab - 1), min_size=2, max_size=3)))
     loop = draw(st.sampled_from(loops))
+    token = draw(st.integers(tiny.FIRST_PROMPT_ID, vocab - 1))
     config: dict[str, Any] = {
         "max_new_tokens": draw(st.integers(1, 6)),
         "do_sample": draw(st.booleans()),
         "eos_token_id": eos,
         "pad_token_id": tiny.PAD_TOKEN_ID,
-        "repetition_penalty": draw(st.sampled_from([None, 1.3])),
+        "repetition_penalty": draw(st.sampled_from([None, 1.3, 0.3])),
         "min_new_tokens": draw(st.sampled_from([None, 2])),
+        "min_length": draw(st.sampled_from([None, 10])),
+        "no_repeat_ngram_size": draw(st.sampled_from([None, 1, 2, 3])),
+        "forced_bos_token_id": draw(st.sampled_from([None, token])),
+        "forced_eos_token_id": draw(st.sampled_from([None, token])),
     }
+    # processors that name tokens: drawn from the vocabulary, one or two tokens long
+    sequences = st.lists(st.integers(tiny.FIRST_PROMPT_ID, vocab - 1), min_size=1, max_size=2)
+    if draw(st.booleans()):
+        config["bad_words_ids"] = draw(st.lists(sequences, min_size=1, max_size=3, unique_by=tuple))
+    if draw(st.booleans()):
+        config["sequence_bias"] = [[sequence, draw(st.sampled_from([-4.0, 2.5]))]
+                                   for sequence in draw(st.lists(sequences, min_size=1, max_size=3, unique_by=tuple))]
+    if draw(st.booleans()):
+        config["suppress_tokens"] = draw(st.lists(st.integers(tiny.FIRST_PROMPT_ID, vocab - 1), max_size=3))
+        config["begin_suppress_tokens"] = draw(st.lists(st.integers(tiny.FIRST_PROMPT_ID, vocab - 1), max_size=3))
+    if eos is not None and draw(st.booleans()):
+        config["exponential_decay_length_penalty"] = (draw(st.integers(0, 3)), draw(st.sampled_from([1.5, 4.0])))
     if config["do_sample"]:
         config.update(temperature=draw(st.sampled_from([0.6, 1.0, 1.5])),
                       top_k=draw(st.sampled_from([None, 5, 40])),
                       top_p=draw(st.sampled_from([None, 0.8])),
-                      min_p=draw(st.sampled_from([None, 0.05])))
+                      min_p=draw(st.sampled_from([None, 0.05])),
+                      top_h=draw(st.sampled_from([None, 0.4])),
+                      typical_p=draw(st.sampled_from([None, 0.7])),
+                      epsilon_cutoff=draw(st.sampled_from([None, 0.01])),
+                      eta_cutoff=draw(st.sampled_from([None, 0.5])))
     return {**prompts, "seed": seed, "loop": loop,
             "config": GenerationConfig(**{k: v for k, v in config.items() if v is not None or k == "eos_token_id"})}
 
