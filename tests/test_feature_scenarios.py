@@ -145,3 +145,19 @@ def test_the_markdown_has_feature_views_once_features_beyond_the_basic_four_ran(
     assert "| `max_time` | ·⏭ | ⛔⏭ |" in page  # feature x model: one glyph per level, · where none ran
     basic = [CheckResult("llama", "greedy", "decode", "aot_eager", 4, "pass")]
     assert "Generation features" not in markdown(report.Report({}, basic))
+
+
+def test_the_scenarios_command_lists_the_table_and_names_a_bad_selection(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from pytest_fullgraph.__main__ import main
+
+    assert main(["scenarios", "top_*,max_time", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [row["name"] for row in rows] == ["top_k", "top_p", "top_h", "max_time"]
+    assert rows[-1]["kind"] == "stopping" and rows[-1]["inert"].startswith("a limit no tiny generation reaches")
+    assert main(["scenarios"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert len(table) == len(SCENARIOS) and table[0].startswith("greedy ")
+    assert main(["scenarios", "nope"]) == 2
+    assert "unknown scenario(s): nope" in capsys.readouterr().err
