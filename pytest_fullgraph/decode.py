@@ -14,6 +14,7 @@ KV cache as loop state and exits when every row has finished; its graph does not
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import json
 from collections.abc import Callable
@@ -35,7 +36,7 @@ UNSUPPORTED_SETTINGS: dict[str, Any] = {
     "prompt_lookup_num_tokens": None, "assistant_early_exit": None, "dola_layers": None,
     "guidance_scale": None, "watermarking_config": None, "output_scores": False, "output_logits": False,
     "output_attentions": False, "output_hidden_states": False, "return_dict_in_generate": False,
-    "stop_strings": None, "max_time": None,
+    "max_time": None,
 }  # fmt: skip
 
 
@@ -78,12 +79,13 @@ class DecodePlan:
     #: whether the model builds its own masks for ``generate`` (``create_masks_for_generate``), which the loop
     #: then calls as ``generate`` does
     own_generate_masks: bool = False
+    #: transformers' ``StopStringCriteria`` for ``stop_strings`` (built with the tokenizer before the graph; its
+    #: call is tensor work on the sequence's last tokens), or None
+    stop_strings: Any = None
 
 
 #: Why a setting cannot be in one graph, and what to do instead: the refusal's message says it.
 WHY_UNSUPPORTED: dict[str, str] = {
-    "stop_strings": "StopStringCriteria matches decoded text on the host; this loop stops on token ids: give the stop "
-                    "string's token ids as eos_token_id instead",
     "max_time": "MaxTimeCriteria reads the host clock at every step, which a compiled graph cannot; bound the work "
                 "with max_new_tokens instead",
     "watermarking_config": "WatermarkLogitsProcessor seeds a host torch.Generator from the previous token at every "
@@ -93,8 +95,8 @@ WHY_UNSUPPORTED: dict[str, str] = {
     "prefix_allowed_tokens_fn": "a Python function called on the host for every row at every step; express the "
                                 "constraint as bad_words_ids, sequence_bias or suppress_tokens instead",
 }
-#: ``generate`` arguments the loop takes and ignores: a tokenizer only serves stop strings, which are refused.
-IGNORED_GENERATE_ARGUMENTS = ("tokenizer",)
+#: ``generate`` arguments the loop takes: the tokenizer that stop strings need (as ``generate`` needs it).
+TAKEN_GENERATE_ARGUMENTS = ("tokenizer",)
 
 
 def check_supported(config: GenerationConfig) -> None:
@@ -113,13 +115,13 @@ def check_supported(config: GenerationConfig) -> None:
 def check_generate_arguments(arguments: dict[str, Any]) -> None:
     """Refuse, naming it and saying why, a further ``generate`` argument the loop cannot honour."""
     for name in arguments:
-        if name not in IGNORED_GENERATE_ARGUMENTS:
+        if name not in TAKEN_GENERATE_ARGUMENTS:
             why = WHY_UNSUPPORTED.get(name, "not an argument this loop knows")
             raise UnsupportedGeneration(f"fullgraph_generate does not support {name}=...: {why}")
 
 
 def prepare(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-            generation_config: GenerationConfig | None) -> tuple[torch.Tensor, DecodePlan]:
+            generation_config: GenerationConfig | None, tokenizer: Any = None) -> tuple[torch.Tensor, DecodePlan]:
     """Resolve the generation config, special tokens, attention mask and logits processors exactly as
     ``generate`` does; returns the attention mask (``generate``'s inferred one when none is given: the
     positions that are not ``pad_token_id``, when the prompt holds it and it is not an EOS id) and the plan."""
@@ -145,11 +147,19 @@ def prepare(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: tor
     parameters = forward_parameters(model)
     if "cache" not in parameters:
         raise UnsupportedGeneration(f"{type(model).__name__}.forward takes no `cache` argument")
+    stop_strings = None
+    if config.stop_strings is not None:
+        if tokenizer is None:
+            raise UnsupportedGeneration("stop_strings need tokenizer=..., as generate needs it, to match the strings "
+                                        "against the vocabulary")
+        from transformers.generation.stopping_criteria import StopStringCriteria
+
+        stop_strings = StopStringCriteria(tokenizer=tokenizer, stop_strings=config.stop_strings)
     return attention_mask, DecodePlan(config, processors, max_new_tokens, bool(config.do_sample),
                                       eos if eos is not None and eos.numel() > 0 else None, config._pad_token_tensor,
                                       "position_ids" in parameters, "logits_to_keep" in parameters,
                                       _mask_when_decoding(model, input_ids, attention_mask),
-                                      callable(getattr(model, "create_masks_for_generate", None)))
+                                      callable(getattr(model, "create_masks_for_generate", None)), stop_strings)
 
 
 def _mask_when_decoding(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> bool:
@@ -257,10 +267,27 @@ def _next_tokens(plan: DecodePlan, scores: torch.Tensor, unfinished: torch.Tenso
     return tokens
 
 
-def _still_running(plan: DecodePlan, tokens: torch.Tensor, unfinished: torch.Tensor) -> torch.Tensor:
-    if plan.eos is None:
-        return unfinished.clone()  # a while_loop body may not return its input itself
-    return unfinished & ~torch.isin(tokens, plan.eos).long()
+def _still_running(plan: DecodePlan, tokens: torch.Tensor, unfinished: torch.Tensor,
+                   tail: Callable[[int, int], torch.Tensor]) -> torch.Tensor:
+    """Rows still generating after ``tokens``: not at an EOS id, and not ending in a stop string, judged as
+    ``generate``'s criteria judge it. ``tail(width, filler)`` gives the sequence's last ``width`` tokens so far
+    (``filler`` before its start)."""
+    running = unfinished.clone()  # a while_loop body may not return its input itself
+    if plan.eos is not None:
+        running = running & ~torch.isin(tokens, plan.eos).long()
+    if plan.stop_strings is not None:
+        criteria = copy.copy(plan.stop_strings)  # its call re-binds its tensors: keep that out of the plan
+        # ids past its embedding read as the "no token" row, which matches no string
+        done = criteria(tail(criteria.maximum_token_len, criteria.embedding_vec.shape[0] - 1), None)
+        running = running & ~done.long()
+    return running
+
+
+def _last_tokens(sequences: torch.Tensor, width: int, filler: int) -> torch.Tensor:
+    """The unrolled loop's sequence has its true length: its last ``width`` tokens, ``filler`` before the start."""
+    if sequences.shape[1] >= width:
+        return sequences[:, -width:]
+    return torch.cat([sequences.new_full((sequences.shape[0], width - sequences.shape[1]), filler), sequences], -1)
 
 
 def decode_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tensor,
@@ -281,8 +308,8 @@ def decode_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tenso
         scores = loop_state.process_unrolled(plan.processors, sequences, _last_scores(logits))
         next_tokens = _next_tokens(plan, scores, unfinished)
         steps = steps + (unfinished.max() > 0).long()  # generate runs a step while any row is unfinished
-        unfinished = _still_running(plan, next_tokens, unfinished)
         sequences = torch.cat([sequences, next_tokens[:, None]], dim=-1)
+        unfinished = _still_running(plan, next_tokens, unfinished, functools.partial(_last_tokens, sequences))
         attention_mask = torch.cat([attention_mask, attention_mask.new_ones((attention_mask.shape[0], 1))], dim=-1)
         step_mask = attention_mask if plan.mask_when_decoding else None
         step_input = next_tokens[:, None]
@@ -314,7 +341,8 @@ def decode_while_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch
     prefill_scores = loop_state.process_unrolled(plan.processors, input_ids, _last_scores(logits), isolated=True)
     tokens = _next_tokens(plan, prefill_scores, unfinished)
     sequences = sequences.index_copy(1, torch.full((1,), prompt_length, device=input_ids.device), tokens[:, None])
-    unfinished = _still_running(plan, tokens, unfinished)
+    first_length = torch.full((), prompt_length + 1, dtype=torch.long, device=input_ids.device)
+    unfinished = _still_running(plan, tokens, unfinished, functools.partial(loop_state.tail, sequences, first_length))
     carried = loop_state.CarriedCache(cache)
     # valid tokens in ``sequences``; the next token is written at this index
     length = torch.full((), prompt_length + 1, dtype=torch.long, device=input_ids.device)
@@ -337,8 +365,9 @@ def decode_while_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch
         scores = loop_state.process(plan.processors, sequences, length, _last_scores(logits))
         next_tokens = _next_tokens(plan, scores, unfinished)
         sequences = sequences.index_copy(1, length.reshape(1), next_tokens[:, None])
-        return (steps + 1, next_tokens, positions, _still_running(plan, next_tokens, unfinished), length + 1,
-                sequences, *carried.tensors(step_cache))
+        running = _still_running(plan, next_tokens, unfinished,
+                                 functools.partial(loop_state.tail, sequences, length + 1))
+        return (steps + 1, next_tokens, positions, running, length + 1, sequences, *carried.tensors(step_cache))
 
     state = while_loop(condition, body, (steps, tokens, positions, unfinished, length, sequences, *carried.tensors()))
     return state[5], state[0]
@@ -371,7 +400,8 @@ def fullgraph_generate(
     """
     check_loop(loop)
     check_generate_arguments(generate_arguments)
-    attention_mask, plan = prepare(model, input_ids, attention_mask, generation_config)
+    attention_mask, plan = prepare(model, input_ids, attention_mask, generation_config,
+                                   generate_arguments.get("tokenizer"))
     cache = new_cache(model, plan, cache_length(input_ids, plan), loop)
     run = compiler(LOOPS[loop]) if compiler is not None else LOOPS[loop]
     with torch.no_grad():
@@ -438,7 +468,8 @@ def export_generate(
     """
     check_loop(loop)
     check_generate_arguments(generate_arguments)
-    attention_mask, plan = prepare(model, input_ids, attention_mask, generation_config)
+    attention_mask, plan = prepare(model, input_ids, attention_mask, generation_config,
+                                   generate_arguments.get("tokenizer"))
     cache_len = cache_length(input_ids, plan)
     dynamic_shapes: tuple[Any, ...] | None = None
     if dynamic:

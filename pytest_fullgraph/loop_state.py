@@ -256,7 +256,7 @@ def process(processors: Any, buffer: torch.Tensor, length: torch.Tensor, scores:
             # a copy made in the step: the processor's no-op device moves (attribute writes) stay in the step
             scores = copy.copy(processor)(view, scores)
         elif name in TAIL_WINDOW:
-            scores = copy.copy(processor)(_tail(buffer, length, _longest_prefix(processor)), scores)
+            scores = copy.copy(processor)(tail(buffer, length, _longest_prefix(processor)), scores)
         elif name == NGRAM:
             scores = banned_ngrams(processor.ngram_size, buffer, length, scores)
         else:
@@ -271,8 +271,9 @@ def _longest_prefix(processor: Any) -> int:
     return max([len(sequence) - 1 for sequence in processor.sequence_bias] + [1])
 
 
-def _tail(buffer: torch.Tensor, length: torch.Tensor, width: int) -> torch.Tensor:
-    """The last ``width`` valid tokens of each row, -1 (no token) before the sequence's start."""
+def tail(buffer: torch.Tensor, length: torch.Tensor, width: int, filler: int = -1) -> torch.Tensor:
+    """The last ``width`` valid tokens of each row of a buffer, ``filler`` (no token) before the sequence's
+    start."""
     indices = (length - width + torch.arange(width, device=buffer.device)).reshape(-1)
     tokens = buffer.index_select(1, indices.clamp(min=0))
-    return torch.where(indices >= 0, tokens, -1)
+    return torch.where(indices >= 0, tokens, filler)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import cast
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -104,3 +105,31 @@ def test_a_processor_that_rebinds_its_tensors_at_prefill_compiles_in_the_while_b
     compiled = fullgraph_generate(model, ids, torch.ones_like(ids), config, loop="while",
                                   compiler=lambda loop: torch.compile(loop, fullgraph=True, backend="eager"))
     assert torch.equal(compiled, expected)
+
+
+@pytest.mark.parametrize("loop", ["unrolled", "while"])
+def test_stop_strings_stop_rows_in_the_graph_as_generate_stops_them(loop: str) -> None:
+    """StopStringCriteria is tensor work on the last tokens: the loop runs it on the device, in both forms."""
+    from transformers import GenerationConfig
+
+    from pytest_fullgraph import build_tiny
+    from pytest_fullgraph.decode import UnsupportedGeneration, fullgraph_generate
+    from pytest_fullgraph.generation import generate_fn
+    from pytest_fullgraph.scenarios import tiny_tokenizer
+
+    model = build_tiny("llama")
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10], [11, 12, 13, 14, 15, 16]])
+    mask = torch.ones_like(ids)
+    plain = GenerationConfig(max_new_tokens=6, do_sample=False, pad_token_id=0, eos_token_id=None)
+    model.generation_config.eos_token_id = None
+    free = generate_fn(model)(input_ids=ids, attention_mask=mask, generation_config=plain)
+    tokenizer = tiny_tokenizer(int(model.config.vocab_size))
+    # the texts of the rows' second new tokens: both rows stop there, so the output is cut short
+    stops = [tokenizer.convert_ids_to_tokens(int(free[row, 7])) for row in (0, 1)]
+    config = GenerationConfig(max_new_tokens=6, do_sample=False, pad_token_id=0, eos_token_id=None,
+                              stop_strings=stops)
+    expected = generate_fn(model)(input_ids=ids, attention_mask=mask, generation_config=config, tokenizer=tokenizer)
+    assert expected.shape[1] < free.shape[1]
+    assert torch.equal(fullgraph_generate(model, ids, mask, config, loop=loop, tokenizer=tokenizer), expected)
+    with pytest.raises(UnsupportedGeneration, match=r"stop_strings need tokenizer=\.\.\., as generate needs it"):
+        fullgraph_generate(model, ids, mask, config, loop=loop)
