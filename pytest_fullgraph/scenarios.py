@@ -95,6 +95,12 @@ def allowed_prefix_tokens(batch_id: int, input_ids: Any) -> list[int]:
     return list(range(FIRST_PROMPT_ID, FIRST_PROMPT_ID + 16))
 
 
+def _warper_alone(name: str, setting: str, value: float, warper: str) -> Scenario:
+    """A sampling warper's scenario: its one setting against neutral sampling."""
+    return Scenario(name, f"sampling, {setting}={value} alone ({warper})", feature=setting, context=NEUTRAL_SAMPLING,
+                    settings={setting: value})
+
+
 #: ``generate_kwargs`` value: a tokenizer for the model's tiny vocabulary (``tiny_tokenizer``).
 TOKENIZER = "tokenizer"
 STOPPING_FEATURES = ("eos", "eos_list", "max_length", "stop_strings", "max_time")
@@ -160,22 +166,16 @@ SCENARIOS: dict[str, Scenario] = {
                  "(PrefixConstrainedLogitsProcessor)", feature="prefix_allowed_tokens_fn",
                  generate_kwargs={"prefix_allowed_tokens_fn": allowed_prefix_tokens}),
         # sampling warpers, each alone
-        Scenario("temperature", "sampling, temperature 0.5 alone (TemperatureLogitsWarper)", feature="temperature",
-                 context=NEUTRAL_SAMPLING, settings={"temperature": 0.5}),
-        Scenario("top_k", "sampling, top_k=5 alone (TopKLogitsWarper)", feature="top_k",
-                 context=NEUTRAL_SAMPLING, settings={"top_k": 5}),
-        Scenario("top_p", "sampling, top_p=0.5 alone (TopPLogitsWarper)", feature="top_p",
-                 context=NEUTRAL_SAMPLING, settings={"top_p": 0.5}),
-        Scenario("min_p", "sampling, min_p=0.8 alone (MinPLogitsWarper)", feature="min_p",
-                 context=NEUTRAL_SAMPLING, settings={"min_p": 0.8}),
-        Scenario("top_h", "sampling, top_h=0.3 alone (TopHLogitsWarper)", feature="top_h",
-                 context=NEUTRAL_SAMPLING, settings={"top_h": 0.3}),
-        Scenario("typical_p", "sampling, typical_p=0.5 alone (TypicalLogitsWarper)", feature="typical_p",
-                 context=NEUTRAL_SAMPLING, settings={"typical_p": 0.5}),
-        Scenario("epsilon", "sampling, epsilon_cutoff=0.05 alone (EpsilonLogitsWarper)", feature="epsilon_cutoff",
-                 context=NEUTRAL_SAMPLING, settings={"epsilon_cutoff": 0.05}),
-        Scenario("eta", "sampling, eta_cutoff=0.9 alone (EtaLogitsWarper)", feature="eta_cutoff",
-                 context=NEUTRAL_SAMPLING, settings={"eta_cutoff": 0.9}),
+        *(_warper_alone(name, setting, value, warper) for name, setting, value, warper in (
+            ("temperature", "temperature", 0.5, "TemperatureLogitsWarper"),
+            ("top_k", "top_k", 5, "TopKLogitsWarper"),
+            ("top_p", "top_p", 0.5, "TopPLogitsWarper"),
+            ("min_p", "min_p", 0.8, "MinPLogitsWarper"),
+            ("top_h", "top_h", 0.3, "TopHLogitsWarper"),
+            ("typical_p", "typical_p", 0.5, "TypicalLogitsWarper"),
+            ("epsilon", "epsilon_cutoff", 0.05, "EpsilonLogitsWarper"),
+            ("eta", "eta_cutoff", 0.9, "EtaLogitsWarper"),
+        )),
         # stopping criteria
         Scenario("eos_list", "greedy, eos_token_id a list: the eos scenario's EOS and a token row 1 emits",
                  uses_eos=True, feature="eos_list", settings={"eos_token_id": [EOS, _G(1, 1)]}),
