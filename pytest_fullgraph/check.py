@@ -191,7 +191,7 @@ def run_check(
     try:
         with time_limit(timeout), torch.no_grad(), reproducible_compute(backend, result.dtype):
             try:
-                eos, settings = _scenario_values(model, inputs, scenario, max_new_tokens)
+                eos, settings = scenario_values(model, inputs, scenario, max_new_tokens)
                 result.eos_token_id = eos
                 base = generation_config(scenario, max_new_tokens, eos, settings)
                 inputs.update(scenario_generate_kwargs(scenario, vocab_size(model)))
@@ -268,7 +268,7 @@ def _resolve(scenario: Scenario | str, level: Level | str) -> tuple[Scenario, Le
             builtin_levels()[level] if isinstance(level, str) else level)
 
 
-def _scenario_values(model: PreTrainedModel, inputs: dict[str, Any], scenario: Scenario,
+def scenario_values(model: PreTrainedModel, inputs: dict[str, Any], scenario: Scenario,
                      max_new_tokens: int) -> tuple[int | None, dict[str, Any]]:
     """The scenario's EOS id (one the model really emits mid-generation) and its settings resolved for this
     model, from a plain greedy run of its prompts when it picks tokens."""

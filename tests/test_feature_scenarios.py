@@ -13,6 +13,7 @@ import torch
 from transformers import StoppingCriteriaList
 
 from pytest_fullgraph import build_tiny
+from pytest_fullgraph.check import scenario_values
 from pytest_fullgraph.generation import generate
 from pytest_fullgraph.scenarios import (
     BASIC,
@@ -22,10 +23,6 @@ from pytest_fullgraph.scenarios import (
     generation_config,
     make_inputs,
     model_generation_defaults,
-    needs_greedy_tokens,
-    pick_eos_token,
-    plain_greedy,
-    resolve,
     select_scenarios,
     vocab_size,
 )
@@ -41,20 +38,17 @@ def llama() -> Any:
 
 
 def _run(model: Any, scenario: Scenario) -> tuple[torch.Tensor, torch.Tensor, Any]:
-    """(the scenario's tokens, its plain counterpart's tokens, its config) from eager ``generate``."""
+    """(the scenario's tokens, its plain counterpart's tokens, its config) from eager ``generate``, the settings
+    resolved as the checks resolve them."""
     inputs = make_inputs(model, scenario)
-    width = int(inputs["input_ids"].shape[1])
-    free = None
-    if needs_greedy_tokens(scenario):
-        with model_generation_defaults(model, None):
-            free = generate(model, inputs, generation_config(plain_greedy(scenario), TOKENS, None), scenario.seed)
-    eos = pick_eos_token(free, width) if scenario.uses_eos and free is not None else None
     plain = dataclasses.replace(scenario, settings={}, generate_kwargs={})
-    vocab = vocab_size(model)
-    config = generation_config(scenario, TOKENS, eos, resolve(scenario, free, width, TOKENS, eos, vocab))
-    plain_config = generation_config(plain, TOKENS, eos, resolve(plain, free, width, TOKENS, eos, vocab))
+    eos, settings = scenario_values(model, inputs, scenario, TOKENS)
+    plain_eos, plain_settings = scenario_values(model, inputs, plain, TOKENS)
+    config = generation_config(scenario, TOKENS, eos, settings)
+    plain_config = generation_config(plain, TOKENS, plain_eos, plain_settings)
     with model_generation_defaults(model, eos):
-        tokens = generate(model, {**inputs, **generate_kwargs(scenario, vocab)}, config, scenario.seed)
+        tokens = generate(model, {**inputs, **generate_kwargs(scenario, vocab_size(model))}, config, scenario.seed)
+    with model_generation_defaults(model, plain_eos):
         plain_tokens = generate(model, inputs, plain_config, scenario.seed)
     return tokens, plain_tokens, config
 
