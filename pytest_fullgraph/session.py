@@ -81,7 +81,7 @@ class FullgraphSession:
                         "scenarios": {name: scenario.description for name, scenario in SCENARIOS.items()},
                         "exactness_settings": {dtype: exactness_settings(self.settings.backend, dtype)
                                                for dtype in self.settings.dtypes}}
-        return report.Report(report.environment(self.settings.describe(), self.results, descriptions),
+        return report.Report(report.environment(self.settings.describe(), descriptions),
                              list(self.results), list(self.crashed_workers), dict(self.run_status))
 
     def model(self, name: str, dtype: str = DEFAULT_DTYPE) -> PreTrainedModel | BaseException:

@@ -80,8 +80,8 @@ class Report:
             raise ReportError(f"{source}: malformed report ({type(error).__name__}: {error})") from None
 
 
-def environment(settings: dict[str, Any], checks: list[CheckResult], descriptions: dict[str, Any]) -> dict[str, Any]:
-    """Versions and machine facts that explain a report, the settings that produced it, and where checks ran.
+def environment(settings: dict[str, Any], descriptions: dict[str, Any]) -> dict[str, Any]:
+    """Versions and machine facts that explain a report, and the settings that produced it.
 
     ``device`` is where the checks ran (``--fullgraph-device``, in ``settings``; whether an accelerator exists
     is ``cuda_available``); ``descriptions`` holds the ``levels`` and ``scenarios`` legends.
@@ -94,7 +94,6 @@ def environment(settings: dict[str, Any], checks: list[CheckResult], description
         "transformers": transformers.__version__,
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "device": ",".join(sorted({result.device for result in checks if result.device})) or "cpu",
         "cuda_available": torch.cuda.is_available(),
         "git_revision": git_revision(),
         **settings,
