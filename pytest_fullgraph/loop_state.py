@@ -29,6 +29,20 @@ from transformers.cache_utils import LinearAttentionAndStaticFullAttentionLayer,
 from pytest_fullgraph.generation import UnsupportedGeneration
 
 
+def _length_when_asked(layer: Any) -> Any:
+    """The sequence length as the sliding layer reports it: the value when asked, not a live counter.
+
+    transformers' static sliding layer answers ``get_seq_length`` with a Python int, while the full static layer
+    answers with its counter tensor, which its ``update`` then increments in place. A model that asks for the
+    length before updating the cache and uses it after (inkling's query offset for its relative-position bias)
+    sees the old length from the one and the new from the other, so the replacement must answer as the layer it
+    replaces does: a copy, taken at the call.
+    """
+    if not layer.is_initialized:
+        return 0
+    return layer.cumulative_length.clone()
+
+
 class WholeSlidingLayer(StaticLayer):
     """A sliding-window layer that keeps every position: the mask, not eviction, limits attention to the window.
 
@@ -36,12 +50,14 @@ class WholeSlidingLayer(StaticLayer):
     """
 
     is_sliding = True
+    get_seq_length = _length_when_asked
 
 
 class WholeHybridSlidingLayer(LinearAttentionAndStaticFullAttentionLayer):
     """``WholeSlidingLayer`` for hybrid layers that carry linear-attention states beside sliding attention."""
 
     is_sliding = True
+    get_seq_length = _length_when_asked
 
 
 #: Replacements made before prefill, by the name of transformers' layer class.
