@@ -404,7 +404,7 @@ def fullgraph_generate(
                                    generate_arguments.get("tokenizer"))
     cache = new_cache(model, plan, cache_length(input_ids, plan), loop)
     run = compiler(LOOPS[loop]) if compiler is not None else LOOPS[loop]
-    with torch.no_grad():
+    with torch.no_grad(), loop_state.kernel_routing_lifted(model, loop):
         sequences, steps = run(model, plan, input_ids, attention_mask, cache)
     return trimmed(sequences, input_ids, steps)
 
@@ -493,8 +493,9 @@ def export_generate(
                                             "bound's max_length; export with loop='unrolled'")
         example += (torch.tensor(plan.max_new_tokens, device=input_ids.device),)
         dynamic_shapes = (*dynamic_shapes, None) if dynamic_shapes is not None else None
-    program = torch.export.export(DecodeProgram(model, plan, cache_len, loop), example,
-                                  dynamic_shapes=dynamic_shapes, strict=strict)
+    with loop_state.kernel_routing_lifted(model, loop):
+        program = torch.export.export(DecodeProgram(model, plan, cache_len, loop), example,
+                                      dynamic_shapes=dynamic_shapes, strict=strict)
     module = program.module()
     bound = plan.max_new_tokens
 

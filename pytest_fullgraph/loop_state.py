@@ -17,9 +17,10 @@ re-expressed with the loop's length tensor. Anything else raises ``UnsupportedGe
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,6 +91,59 @@ def loop_cache(model: Any, max_cache_len: int) -> Any:
         layers.append(layer)
     cache.layers = layers
     return cache
+
+
+def _kernel_routers(model: Any) -> dict[Any, Any]:
+    """The classes (with their wrapped ``forward``) whose instances in ``model`` route kernel functions per call.
+
+    transformers 5.25 decorates modules (attention, short convolutions) with the ``kernels`` package's
+    ``use_kernelized_func``: the instance gets ``_kernel_funcs`` and the class a ``forward`` named ``new_forward``
+    that sets a context variable (a global attribute while compiling) around the real forward.
+    """
+    routers: dict[Any, Any] = {}
+    for module in model.modules():
+        funcs = module.__dict__.get("_kernel_funcs")
+        if funcs is None:
+            continue
+        owner = next(cls for cls in type(module).__mro__ if "forward" in cls.__dict__)
+        if _unrouted(owner.__dict__["forward"]) is owner.__dict__["forward"]:
+            continue
+        kernelized = sorted(name for name, func in funcs.items() if "forward" in vars(func))
+        if kernelized:
+            raise UnsupportedGeneration(
+                f"loop='while' cannot run {type(module).__name__} with kernels.kernelize()'d functions "
+                f"({', '.join(kernelized)}): their per-call routing sets a context variable, a side effect a "
+                "while_loop body cannot hold; use loop='unrolled'")
+        routers[owner] = owner.__dict__["forward"]
+    return routers
+
+
+def _unrouted(forward: Any) -> Any:
+    """``forward`` without the routing wrappers around it (one per decoration; they may stack)."""
+    while getattr(forward, "__code__", None) is not None and forward.__code__.co_name == "new_forward" \
+            and hasattr(forward, "__wrapped__"):
+        forward = forward.__wrapped__
+    return forward
+
+
+@contextlib.contextmanager
+def kernel_routing_lifted(model: Any, loop: str) -> Iterator[None]:
+    """For the ``while`` form, run modules' own ``forward`` instead of the ``kernels`` routing wrapper around it.
+
+    The wrapper's context-variable write is a side effect that a ``while_loop`` body refuses (``HOP: Unsafe side
+    effect``, GB0067), so on transformers 5.25 every model's while form broke in its attention. When no function
+    was kernelized (checked: ``_kernel_routers`` refuses otherwise) the routing picks each function's reference
+    implementation, which the wrapped forward calls anyway, so lifting the wrapper changes no token. The classes
+    are restored on exit; the unrolled form, whose side effects dynamo replays, is left as it is.
+    """
+    routers = _kernel_routers(model) if loop == "while" else {}
+    for owner, forward in routers.items():
+        owner.forward = _unrouted(forward)
+    try:
+        yield
+    finally:
+        for owner, forward in routers.items():
+            owner.forward = forward
 
 
 @dataclass(frozen=True)

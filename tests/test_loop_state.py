@@ -130,7 +130,7 @@ def test_a_replaced_sliding_layer_reports_its_length_as_it_was_when_asked() -> N
     model = build_tiny("gemma2")
     cache = loop_cache(model, 40)
     model(input_ids=PROMPTS, cache=cache, use_cache=True)
-    sliding = next(layer for layer in cache.layers if isinstance(layer, WholeSlidingLayer))
+    sliding: Any = next(layer for layer in cache.layers if isinstance(layer, WholeSlidingLayer))
     asked = sliding.get_seq_length()
     sliding.update(sliding.keys[:, :, :1].clone(), sliding.values[:, :, :1].clone())
     assert (int(asked), int(sliding.get_seq_length())) == (PROMPTS.shape[1], PROMPTS.shape[1] + 1)
@@ -165,3 +165,76 @@ def test_a_model_that_fails_eagerly_is_its_own_failure_at_the_while_level() -> N
     assert (result.outcome, result.stage) == ("error", "eager generation by fullgraph_generate(loop='while')")
     assert "IndexError" in result.message
     assert result.message.endswith("the model's static-cache path, not the loop")
+
+
+class _RoutingState:
+    """What the ``kernels`` package's context variable does while compiling: a global object's attribute written
+    around every call of a decorated module."""
+
+    def __init__(self) -> None:
+        self.active: dict[str, Any] | None = None
+
+
+class _ReferenceFunction:
+    """A kernel function of a module, not kernelized: its instance has no ``forward`` of its own."""
+
+
+def _route_like_kernels(monkeypatch: pytest.MonkeyPatch, model: Any) -> Any:
+    """Decorate llama's attention as transformers 5.25 does with ``kernels.use_kernelized_func``: a ``forward``
+    named ``new_forward`` that writes the routing state around the real one, and ``_kernel_funcs`` per instance."""
+    import functools
+
+    from transformers.models.llama.modeling_llama import LlamaAttention
+
+    state = _RoutingState()
+    original = LlamaAttention.forward
+
+    def new_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        previous, state.active = state.active, {"rotary": self}
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            state.active = previous
+
+    monkeypatch.setattr(LlamaAttention, "forward", functools.wraps(original)(new_forward))
+    for module in model.modules():
+        if isinstance(module, LlamaAttention):
+            vars(module).setdefault("_kernel_funcs", {})["rotary"] = _ReferenceFunction()  # 5.25 has some
+    return LlamaAttention
+
+
+def test_a_kernel_routing_wrapper_is_lifted_for_the_while_form_and_put_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """transformers 5.25's attention wrapper broke every model's while form (an unsafe side effect in the body)."""
+    model = build_tiny("llama")
+    attention = _route_like_kernels(monkeypatch, model)
+    wrapper = attention.forward
+    config = GenerationConfig(max_new_tokens=6, do_sample=False, pad_token_id=0, eos_token_id=None)
+    expected = generate_fn(model)(input_ids=PROMPTS, generation_config=config)
+    assert torch.equal(fullgraph_generate(model, PROMPTS, None, config, loop="while"), expected)
+    assert attention.forward is wrapper
+
+
+def test_without_lifting_the_routing_wrapper_the_while_form_cannot_capture_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fake above reproduces 5.25's failure, so the test before it can fail."""
+    import contextlib
+
+    from pytest_fullgraph import loop_state
+
+    model = build_tiny("llama")
+    _route_like_kernels(monkeypatch, model)
+    monkeypatch.setattr(loop_state, "kernel_routing_lifted", lambda model, loop: contextlib.nullcontext())
+    config = GenerationConfig(max_new_tokens=4, do_sample=False, pad_token_id=0, eos_token_id=None)
+    with pytest.raises(Exception, match="side effect"):
+        fullgraph_generate(model, PROMPTS, None, config, loop="while")
+
+
+def test_a_kernelized_function_is_named_not_silently_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = build_tiny("llama")
+    _route_like_kernels(monkeypatch, model)
+    for module in model.modules():
+        if "_kernel_funcs" in vars(module):
+            vars(module)["_kernel_funcs"]["rotary"].forward = lambda *args: args  # what kernels.kernelize() sets
+    config = GenerationConfig(max_new_tokens=4, do_sample=False, pad_token_id=0, eos_token_id=None)
+    with pytest.raises(UnsupportedGeneration, match=r"cannot run LlamaAttention with kernels.kernelize\(\)'d "
+                                                    r"functions \(rotary\)"):
+        fullgraph_generate(model, PROMPTS, None, config, loop="while")
