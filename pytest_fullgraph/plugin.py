@@ -75,7 +75,10 @@ def _restore_environment(name: str, value: str | None) -> None:
 def suite_directory() -> Path:
     """Where the shipped conformance suite is: this repository's ``suites/`` in an editable install."""
     spec = importlib.util.find_spec("pytest_fullgraph.suite")
-    assert spec is not None and spec.submodule_search_locations
+    if spec is None or not spec.submodule_search_locations:
+        raise pytest.UsageError("pytest_fullgraph.suite (the conformance suite) is not importable from this "
+                                "installation: reinstall pytest_fullgraph (pip install -e . in a clone), or pass "
+                                "--fullgraph-suite=off and name your own test paths")
     return Path(next(iter(spec.submodule_search_locations))).resolve()
 
 

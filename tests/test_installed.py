@@ -46,6 +46,21 @@ def test_suite_on_adds_the_checks_to_explicit_paths(pytester: pytest.Pytester) -
     assert sum("test_conformance.py::test_generation_compiles_exactly[llama-" in line for line in collected) == 20
 
 
+def test_an_installation_without_the_suite_is_a_usage_error_saying_what_to_do(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not an assertion inside pytest_configure (an INTERNALERROR): seen with a package path added by hand."""
+    import importlib.util
+
+    from pytest_fullgraph import plugin
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *args: None if name == "pytest_fullgraph.suite" else real(name, *args))
+    with pytest.raises(pytest.UsageError, match=r"^pytest_fullgraph.suite \(the conformance suite\) is not "
+                                                r"importable .* --fullgraph-suite=off"):
+        plugin.suite_directory()
+
+
 def test_in_this_repository_the_suite_is_collected_once() -> None:
     completed = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
                                 "--fullgraph-models=llama"], cwd=REPOSITORY, capture_output=True, text=True,
