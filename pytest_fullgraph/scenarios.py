@@ -377,15 +377,27 @@ def model_generation_defaults(model: PreTrainedModel, eos_token_id: int | None) 
 
 
 def pick_eos_token(greedy_tokens: torch.Tensor, prompt_width: int) -> int:
-    """An EOS id the model emits mid-generation: row 0's first new token from step 2 on not seen before.
+    """An EOS id the model emits mid-generation, never one that ends every row at its first new token.
 
-    Preferring a token the other rows never emit makes rows finish at different steps, so padding
-    after EOS is exercised.
+    Row 0's first new token from step 2 on not seen before in that row, preferring one the other rows never emit
+    (rows then finish at different steps, so padding after EOS is exercised). A tiny random model often repeats
+    one token: then row 0's first token, which ends row 0 at once while another row goes on; but when every row
+    starts with that token it would end generation at the prefill, leaving nothing to decode (transformers then
+    compiles nothing), so a token another row emits later is taken, else the smallest id no row emits (it never
+    fires; the EOS handling still runs at every step).
     """
     new_tokens = greedy_tokens[:, prompt_width:].tolist()
-    first_row, other_rows = new_tokens[0], {t for row in new_tokens[1:] for t in row}
-    candidates = [token for step, token in enumerate(first_row) if step >= 1 and token not in first_row[:step]]
-    preferred = [token for token in candidates if token not in other_rows]
-    if preferred or candidates:
-        return int((preferred or candidates)[0])
-    return int(first_row[min(1, len(first_row) - 1)])
+    later_firsts = [[token for step, token in enumerate(row) if step >= 1 and token not in row[:step]]
+                    for row in new_tokens]
+    other_rows = {token for row in new_tokens[1:] for token in row}
+    preferred = [token for token in later_firsts[0] if token not in other_rows]
+    if preferred or later_firsts[0]:
+        return int((preferred or later_firsts[0])[0])
+    first_tokens = {row[0] for row in new_tokens if row}
+    if len(first_tokens) > 1:
+        return int(new_tokens[0][0])
+    for candidates in later_firsts[1:]:
+        if candidates:
+            return int(candidates[0])
+    emitted = {token for row in new_tokens for token in row}
+    return next(token for token in range(len(emitted) + 1) if token not in emitted)
