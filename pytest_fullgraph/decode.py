@@ -155,6 +155,8 @@ def prepare(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: tor
         from transformers.generation.stopping_criteria import StopStringCriteria
 
         stop_strings = StopStringCriteria(tokenizer=tokenizer, stop_strings=config.stop_strings)
+    # the loops give processors and criteria stand-ins whose writes stay in the graph: made here, on the host
+    loop_state.prepare_views(*processors, *([stop_strings] if stop_strings is not None else []))
     return attention_mask, DecodePlan(config, processors, max_new_tokens, bool(config.do_sample),
                                       eos if eos is not None and eos.numel() > 0 else None, config._pad_token_tensor,
                                       "position_ids" in parameters, "logits_to_keep" in parameters,
@@ -276,7 +278,7 @@ def _still_running(plan: DecodePlan, tokens: torch.Tensor, unfinished: torch.Ten
     if plan.eos is not None:
         running = running & ~torch.isin(tokens, plan.eos).long()
     if plan.stop_strings is not None:
-        criteria = copy.copy(plan.stop_strings)  # its call re-binds its tensors: keep that out of the plan
+        criteria = loop_state.view(plan.stop_strings)  # its call re-binds its tensors: keep that out of the plan
         # ids past its embedding read as the "no token" row, which matches no string
         done = criteria(tail(criteria.maximum_token_len, criteria.embedding_vec.shape[0] - 1), None)
         running = running & ~done.long()
@@ -404,7 +406,7 @@ def fullgraph_generate(
                                    generate_arguments.get("tokenizer"))
     cache = new_cache(model, plan, cache_length(input_ids, plan), loop)
     run = compiler(LOOPS[loop]) if compiler is not None else LOOPS[loop]
-    with torch.no_grad(), loop_state.kernel_routing_lifted(model, loop):
+    with torch.no_grad(), loop_state.traceable_loop(model, loop):
         sequences, steps = run(model, plan, input_ids, attention_mask, cache)
     return trimmed(sequences, input_ids, steps)
 
@@ -493,7 +495,7 @@ def export_generate(
                                             "bound's max_length; export with loop='unrolled'")
         example += (torch.tensor(plan.max_new_tokens, device=input_ids.device),)
         dynamic_shapes = (*dynamic_shapes, None) if dynamic_shapes is not None else None
-    with loop_state.kernel_routing_lifted(model, loop):
+    with loop_state.traceable_loop(model, loop):
         program = torch.export.export(DecodeProgram(model, plan, cache_len, loop), example,
                                       dynamic_shapes=dynamic_shapes, strict=strict)
     module = program.module()

@@ -18,7 +18,6 @@ re-expressed with the loop's length tensor. Anything else raises ``UnsupportedGe
 from __future__ import annotations
 
 import contextlib
-import copy
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -90,6 +89,7 @@ def loop_cache(model: Any, max_cache_len: int) -> Any:
                                         f"as loop state (carried: {', '.join(sorted(CARRIED_LAYERS))})")
         layers.append(layer)
     cache.layers = layers
+    prepare_views(cache, *layers)  # the stand-ins CarriedCache.rebuild makes in each step
     return cache
 
 
@@ -126,6 +126,60 @@ def _unrouted(forward: Any) -> Any:
     return forward
 
 
+class _IdleCollector:
+    """transformers' output collector (``utils.output_capturing._active_collector``) for forwards that collect
+    nothing, as the loop's always do (it refuses ``output_hidden_states`` and ``output_attentions``).
+
+    Every decorated forward sets the collector and resets it after, which writes the attributes of a module-level
+    object: a side effect torch 2.11's ``while_loop`` body refuses (GB0067, "Attempted to mutate
+    CompileableContextVar"). With nothing to collect, the hooks read nothing, so the stand-in skips the writes;
+    a forward that does ask for outputs still goes to the real collector (and its write is refused, by name).
+    """
+
+    def __init__(self, collector: Any) -> None:
+        self.collector = collector
+
+    def get(self) -> Any:
+        return None  # only empty collections were set here: the hooks have nothing to record
+
+    def set(self, value: Any) -> Any:
+        return self.collector.set(value) if value else _IDLE
+
+    def reset(self, token: Any) -> None:
+        if token is not _IDLE:
+            self.collector.reset(token)
+
+
+_IDLE = object()
+
+
+@contextlib.contextmanager
+def output_collector_idle(loop: str) -> Iterator[None]:
+    """For the ``while`` form, transformers' output collector replaced by ``_IdleCollector``; restored on exit."""
+    try:
+        from transformers.utils import output_capturing
+    except ImportError:  # a release without it has nothing to lift
+        yield
+        return
+    collector = getattr(output_capturing, "_active_collector", None)
+    if loop != "while" or collector is None:
+        yield
+        return
+    output_capturing._active_collector = _IdleCollector(collector)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        output_capturing._active_collector = collector
+
+
+@contextlib.contextmanager
+def traceable_loop(model: Any, loop: str) -> Iterator[None]:
+    """What the ``while`` form lifts while it is traced: the kernel routing wrapper and the output collector's
+    writes (see both); nothing for the unrolled form."""
+    with kernel_routing_lifted(model, loop), output_collector_idle(loop):
+        yield
+
+
 @contextlib.contextmanager
 def kernel_routing_lifted(model: Any, loop: str) -> Iterator[None]:
     """For the ``while`` form, run modules' own ``forward`` instead of the ``kernels`` routing wrapper around it.
@@ -146,6 +200,54 @@ def kernel_routing_lifted(model: Any, loop: str) -> Iterator[None]:
             owner.forward = forward
 
 
+class _View:
+    """A stand-in for an object inside a traced step: attribute reads fall through to the original, writes stay
+    on the stand-in. What ``copy.copy`` gives, in a form every supported dynamo traces: torch 2.11 marks
+    ``copy.copy`` as skipped and cannot list an object's attributes (``vars(obj).items()``, GB0156)."""
+
+    def __init__(self, original: Any) -> None:
+        self._original = original
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_original":  # not set yet (e.g. while unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self._original, name)
+
+
+#: The stand-in class of each class, made on the host: dynamo cannot create a class inside a graph.
+_VIEW_CLASSES: dict[type, type] = {}
+
+
+def prepare_views(*objects: Any) -> None:
+    """Make the stand-in classes ``view`` will need for ``objects``, before tracing (on the host)."""
+    for obj in objects:
+        cls = type(obj)
+        if cls not in _VIEW_CLASSES:
+            # the same name: messages and name-keyed tables read the stand-in as the class it stands for
+            _VIEW_CLASSES[cls] = type(cls.__name__, (_View, cls), {"__qualname__": cls.__qualname__,
+                                                                    "__module__": cls.__module__})
+
+
+def view(obj: Any) -> Any:
+    """A write-isolated stand-in for ``obj`` (see ``_View``); its class must come from ``prepare_views``, which
+    is called here too when run eagerly."""
+    if type(obj) not in _VIEW_CLASSES:
+        prepare_views(obj)
+    return _VIEW_CLASSES[type(obj)](obj)
+
+
+#: Attributes of transformers' cache layers that change while decoding, by name (older dynamo cannot list an
+#: object's attributes): tensors, and dicts of per-state tensors (linear attention's conv and recurrent states).
+#: ``tests/test_loop_state.py`` checks that these cover every tensor each carried layer class holds after prefill.
+CARRIED_TENSORS = ("keys", "values", "cumulative_length", "indexer_keys", "indexer_cumulative_length",
+                   "indexer_position_ids")
+CARRIED_TENSOR_DICTS = ("conv_states", "recurrent_states")
+#: Python dicts a layer may write into during a step (linear attention's per-state flags): each step gets copies,
+#: so the template's stay as prefill left them.
+STEP_DICTS = ("is_conv_states_initialized", "is_recurrent_states_initialized", "has_previous_state",
+              "conv_kernel_size")
+
+
 @dataclass(frozen=True)
 class _Slot:
     """Where one carried tensor lives in a layer: ``layer.attribute``, or ``layer.attribute[key]`` for the
@@ -164,11 +266,13 @@ class CarriedCache:
         self.template = cache
         self.slots: list[_Slot] = []
         for index, layer in enumerate(cache.layers):
-            for attribute, value in vars(layer).items():  # insertion order: the same for every layer object
-                if isinstance(value, torch.Tensor):
+            for attribute in CARRIED_TENSORS:
+                if isinstance(getattr(layer, attribute, None), torch.Tensor):
                     self.slots.append(_Slot(index, attribute))
-                elif isinstance(value, dict):
-                    self.slots.extend(_Slot(index, attribute, key, True) for key, item in value.items()
+            for attribute in CARRIED_TENSOR_DICTS:
+                states = getattr(layer, attribute, None)
+                if isinstance(states, dict):
+                    self.slots.extend(_Slot(index, attribute, key, True) for key, item in states.items()
                                       if isinstance(item, torch.Tensor))
 
     def tensors(self, cache: Any | None = None) -> tuple[torch.Tensor, ...]:
@@ -177,19 +281,20 @@ class CarriedCache:
         return tuple(_read(layers[slot.layer], slot) for slot in self.slots)
 
     def rebuild(self, tensors: tuple[torch.Tensor, ...]) -> Any:
-        """A cache for one step: copies of the template layers holding clones of ``tensors`` (the layers update
-        them in place; the clones belong to this step, so the loop's inputs stay untouched)."""
-        layers = [copy.copy(layer) for layer in self.template.layers]
+        """A cache for one step: stand-ins for the template layers holding clones of ``tensors`` (the layers
+        update them in place; the clones belong to this step, so the loop's inputs stay untouched)."""
+        layers = [view(layer) for layer in self.template.layers]
         for layer in layers:
-            for attribute, value in vars(layer).items():
-                if isinstance(value, dict):
-                    setattr(layer, attribute, dict(value))  # the copy must not write into the template's dict
+            for attribute in (*CARRIED_TENSOR_DICTS, *STEP_DICTS):
+                values = getattr(layer, attribute, None)
+                if isinstance(values, dict):
+                    setattr(layer, attribute, dict(values))  # the step must not write into the template's dict
         for slot, tensor in zip(self.slots, tensors, strict=True):
             if slot.in_dict:
                 getattr(layers[slot.layer], slot.attribute)[slot.key] = tensor.clone()
             else:
                 setattr(layers[slot.layer], slot.attribute, tensor.clone())
-        cache = copy.copy(self.template)
+        cache = view(self.template)
         cache.layers = layers
         return cache
 
@@ -298,7 +403,7 @@ def process_unrolled(processors: Any, sequence: torch.Tensor, scores: torch.Tens
         if type(processor).__name__ == NGRAM:
             scores = banned_ngrams(processor.ngram_size, sequence, sequence.shape[1], scores)
         else:
-            scores = (copy.copy(processor) if isolated else processor)(sequence, scores)
+            scores = (view(processor) if isolated else processor)(sequence, scores)
     return scores
 
 
@@ -314,19 +419,19 @@ def check_processors(processors: Any) -> None:
 def process(processors: Any, buffer: torch.Tensor, length: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
     """``processors(sequence, scores)`` where the sequence is ``buffer[:, :length]``, without slicing to a
     data-dependent shape."""
-    view: torch.Tensor | None = None
+    visible: torch.Tensor | None = None
     for processor in processors:
         name = type(processor).__name__
         if name in SCORE_ONLY:
             scores = processor(buffer, scores)
         elif name in TOKEN_SET:
-            if view is None:
+            if visible is None:
                 last = buffer.index_select(1, (length - 1).reshape(1))
-                view = torch.where(torch.arange(buffer.shape[1], device=buffer.device) < length, buffer, last)
-            # a copy made in the step: the processor's no-op device moves (attribute writes) stay in the step
-            scores = copy.copy(processor)(view, scores)
+                visible = torch.where(torch.arange(buffer.shape[1], device=buffer.device) < length, buffer, last)
+            # a stand-in made in the step: the processor's no-op device moves (attribute writes) stay in it
+            scores = view(processor)(visible, scores)
         elif name in TAIL_WINDOW:
-            scores = copy.copy(processor)(tail(buffer, length, _longest_prefix(processor)), scores)
+            scores = view(processor)(tail(buffer, length, _longest_prefix(processor)), scores)
         elif name == NGRAM:
             scores = banned_ngrams(processor.ngram_size, buffer, length, scores)
         else:

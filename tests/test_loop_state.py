@@ -238,3 +238,66 @@ def test_a_kernelized_function_is_named_not_silently_replaced(monkeypatch: pytes
     with pytest.raises(UnsupportedGeneration, match=r"cannot run LlamaAttention with kernels.kernelize\(\)'d "
                                                     r"functions \(rotary\)"):
         fullgraph_generate(model, PROMPTS, None, config, loop="while")
+
+
+#: One model per layer class the while form carries (the scan of every model type's static cache, 5.24).
+CARRIED_LAYER_MODELS = ("llama", "gemma2", "glm_moe_dsa", "mamba", "falcon_h1", "inkling_text", "nemotron_h")
+
+
+def test_the_carried_attribute_lists_cover_every_tensor_a_layer_holds_after_prefill() -> None:
+    """The loop state names what it carries (torch 2.11's dynamo cannot list an object's attributes): a tensor
+    or dict a transformers release adds to a layer must be named too, or this fails."""
+    from pytest_fullgraph import loop_state
+
+    named_tensors = set(loop_state.CARRIED_TENSORS)
+    named_dicts = set(loop_state.CARRIED_TENSOR_DICTS) | set(loop_state.STEP_DICTS)
+    seen: set[str] = set()
+    for name in CARRIED_LAYER_MODELS:
+        model = build_tiny(name)
+        cache = loop_cache(model, max_cache_len=12)
+        with torch.no_grad():
+            model(input_ids=PROMPTS, attention_mask=torch.ones_like(PROMPTS), cache=cache, use_cache=True)
+        for layer in cache.layers:
+            seen.add(type(layer).__name__)
+            for attribute, value in vars(layer).items():
+                holds_tensors = isinstance(value, dict) and any(isinstance(v, torch.Tensor) for v in value.values())
+                if isinstance(value, torch.Tensor):
+                    assert attribute in named_tensors, f"{name}: {type(layer).__name__}.{attribute} is not carried"
+                elif holds_tensors:
+                    assert attribute in loop_state.CARRIED_TENSOR_DICTS, f"{name}: {attribute} is not carried"
+                elif isinstance(value, dict):
+                    assert attribute in named_dicts, f"{name}: {type(layer).__name__}.{attribute} is shared"
+    assert seen == set(loop_state.CARRIED_LAYERS), f"a carried layer class has no model here: {seen}"
+
+
+def test_a_stand_in_reads_through_and_writes_to_itself() -> None:
+    """What ``copy.copy`` gave the step, in a form torch 2.11 can trace: the original is never written."""
+    from pytest_fullgraph import loop_state
+
+    original = WholeSlidingLayer(max_cache_len=4)
+    stand_in = loop_state.view(original)
+    stand_in.max_cache_len = 9
+    assert (stand_in.max_cache_len, original.max_cache_len) == (9, 4)
+    assert isinstance(stand_in, WholeSlidingLayer) and type(stand_in).__name__ == "WholeSlidingLayer"
+    assert stand_in.get_seq_length() == 0  # a method, and a read through to the original's state
+
+
+def test_the_idle_collector_writes_nothing_unless_outputs_are_asked_for() -> None:
+    """torch 2.11 refuses the collector's writes inside the while body; an empty collection needs none."""
+    from transformers.utils import output_capturing
+
+    from pytest_fullgraph import loop_state
+
+    original = output_capturing._active_collector
+    with loop_state.output_collector_idle("while"):
+        idle = output_capturing._active_collector
+        token = idle.set({})
+        assert (idle.get(), original.global_var, original.compiling) == (None, None, False)
+        idle.reset(token)
+        asked = idle.set({"hidden_states": []})  # a forward that collects goes to the real collector
+        assert original.get() == {"hidden_states": []}
+        idle.reset(asked)
+        assert original.get() is None
+    assert output_capturing._active_collector is original
+    with loop_state.output_collector_idle("unrolled"):
+        assert output_capturing._active_collector is original
