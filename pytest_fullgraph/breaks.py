@@ -178,26 +178,73 @@ def gb_id_for(gb_type: str, message: str) -> str | None:
 
 
 def record_from_exception(error: BaseException, user_stack: Any = None) -> BreakRecord:
-    """Locate and classify the break a fullgraph compile raised (or any compile failure)."""
+    """Locate and classify the break a fullgraph compile raised (or any compile failure); a higher-order op's
+    break keeps the break inside it as ``cause``, and takes its origin (whose fault the op's failure is)."""
     message = str(error)
     stack = frames_from(user_stack or getattr(error, "real_stack", None))
     if not stack:  # a crash with no user stack: fall back to the traceback's non-torch frames
         stack = frames_from(traceback.extract_tb(error.__traceback__))
     gb_type = getattr(error, "gb_type", None) or type(error).__name__
     where = innermost(stack)
+    cause = inner_break(error)
     return BreakRecord(
         exception=f"{type(error).__module__}.{type(error).__qualname__}",
         gb_type=gb_type,
-        gb_id=gb_id_for(gb_type, message),
-        message=first_line(message),
+        gb_id=gb_id_for(gb_type, message.split(HOP_MARKER)[0]) if cause else gb_id_for(gb_type, message),
+        message=break_message(message, gb_type),
         file=where.file if where else "",
         line=where.line if where else 0,
         function=where.function if where else "",
         source=where.source if where else "",
-        origin=classify(where),
+        origin=cause.origin if cause else classify(where),
         root_cause=gb_type not in CONSEQUENCE_GB_TYPES,
         stack=stack,
+        cause=cause,
     )
+
+
+#: How dynamo's message for a higher-order op it gave up on (GB0007 on torch 2.11, ``UncapturedHigherOrderOpError``)
+#: ends its first line; the break inside the op follows it.
+HOP_MARKER = "Got graph break/error:"
+_EXPLANATION = re.compile(r"^\s*Explanation:\s*(.+)$", re.MULTILINE)
+_USER_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)(?:\n(?P<source>.*))?',
+                         re.MULTILINE)
+
+
+def break_message(message: str, gb_type: str) -> str:
+    """What a break says about itself in one line: the first line, unless that only repeats the break's type
+    (dynamo's ``Unsupported`` starts with it), then the first line of its explanation; a higher-order op's
+    message without the colon that introduces the inner break (``cause`` holds that)."""
+    head = message.split(HOP_MARKER)[0]
+    line = first_line(head).rstrip(" .:") if HOP_MARKER in message else first_line(head)
+    explanation = _EXPLANATION.search(head)
+    if line == gb_type and explanation:
+        return explanation.group(1).strip()
+    return line
+
+
+def inner_break(error: BaseException) -> BreakRecord | None:
+    """The break inside a higher-order op that dynamo gave up on: the inner exception it replaced (kept as the
+    ``__context__`` of ``raise ... from None``), else what its message says after ``HOP_MARKER``."""
+    message = str(error)
+    if HOP_MARKER not in message:
+        return None
+    inner = error.__context__
+    if inner is not None and inner is not error and (getattr(inner, "gb_type", None) or is_graph_break(inner)):
+        return record_from_exception(inner)
+    return _record_from_text(message.split(HOP_MARKER, 1)[1])
+
+
+def _record_from_text(text: str) -> BreakRecord:
+    """A break from its message alone: the title, the explanation and the innermost ``from user code`` frame."""
+    title = first_line(text)
+    frames = [Frame(display_path(m["file"]), int(m["line"]), m["function"], (m["source"] or "").strip())
+              for m in _USER_FRAME.finditer(text.split("from user code:", 1)[-1])]
+    where = innermost([frame for frame in frames if not is_harness(frame)] or frames)
+    return BreakRecord(exception="", gb_type=title, gb_id=gb_id_for(title, text), message=break_message(text, title),
+                       file=where.file if where else "", line=where.line if where else 0,
+                       function=where.function if where else "", source=where.source if where else "",
+                       origin=classify(where), stack=frames)
 
 
 @dataclass

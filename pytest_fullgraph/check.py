@@ -340,6 +340,22 @@ def forget_compiled(model: Any) -> None:
             delattr(model, attribute)
 
 
+@contextlib.contextmanager
+def peak_cuda_memory(result: CheckResult) -> Iterator[None]:
+    """Record in ``result.peak_memory`` the most CUDA memory held at once while the block runs (the model's
+    weights included: what the device must have free for this check); nothing off CUDA."""
+    import torch
+
+    if not result.device.startswith("cuda"):
+        yield
+        return
+    torch.cuda.reset_peak_memory_stats(result.device)
+    try:
+        yield
+    finally:
+        result.peak_memory = int(torch.cuda.max_memory_allocated(result.device))
+
+
 def _compile_and_compare(result: CheckResult, model: PreTrainedModel, inputs: dict[str, Any],
                          config: GenerationConfig, level: Level, seed: int, eager: torch.Tensor,
                          diagnose: bool) -> None:
@@ -350,7 +366,8 @@ def _compile_and_compare(result: CheckResult, model: PreTrainedModel, inputs: di
         backend = breaks.counting_backend(result.backend, trace)
         started = time.perf_counter()
         try:
-            compiled = seeded(seed, lambda: level.run_compiled(model, inputs, config, backend))
+            with peak_cuda_memory(result):
+                compiled = seeded(seed, lambda: level.run_compiled(model, inputs, config, backend))
         except breaks.compile_failure_types() as error:
             result.timings["compile_s"] = time.perf_counter() - started
             _judge_compile_failure(result, error, model, inputs, config, level, seed, diagnose)

@@ -15,10 +15,11 @@ SCHEMA = "pytest_fullgraph/report"
 #: version 4 each check's ``model_class``, ``parameters``, ``can_compile_fullgraph``, ``stage`` and ``artifact``,
 #: and the derived
 #: per-model ``models`` section (facts, verdicts by level, flag audit); version 5 each check's ``cudagraph_skips``
-#: and the derived ``break_help`` section (PyTorch's hints by GB id).
-SCHEMA_VERSION = 5
+#: and the derived ``break_help`` section (PyTorch's hints by GB id); version 6 each break's ``cause`` (the break
+#: inside a higher-order op such as ``while_loop``) and each check's ``peak_memory`` (CUDA, bytes).
+SCHEMA_VERSION = 6
 #: Versions this package reads; older reports load with the newer fields at their defaults (float32).
-READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4, 5)
+READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6)
 
 
 @dataclass(frozen=True)
@@ -94,15 +95,22 @@ class BreakRecord:
     #: how often dynamo met this break in one run (restarts and resumed frames meet it again)
     hits: int = 1
     stack: list[Frame] = field(default_factory=list)
+    #: the break inside a higher-order op (``while_loop``, ``cond``) that made dynamo give the op up: its news
+    cause: BreakRecord | None = None
 
     def where(self) -> str:
         return f"{self.file}:{self.line}" if self.file else "<unknown location>"
 
-    def summary(self) -> str:
+    def title(self) -> str:
+        """The break's type, GB id and location: ``Data-dependent branching [GB0170] at conftest.py:8``."""
         gb = f" [{self.gb_id}]" if self.gb_id else ""
         where = f" at {self.where()}" if self.file else ""
+        return f"{self.gb_type}{gb}{where}"
+
+    def summary(self) -> str:
         function = f" in {self.function}" if self.function else ""
-        return f"{self.gb_type}{gb}{where}{function} ({self.origin}): {self.message}"
+        text = f"{self.title()}{function} ({self.origin}): {self.message}"
+        return f"{text}; inside it: {self.cause.summary()}" if self.cause is not None else text
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -111,6 +119,8 @@ class BreakRecord:
     def from_dict(cls, data: dict[str, Any]) -> BreakRecord:
         fields = dict(data)
         fields["stack"] = [Frame(**frame) for frame in fields.get("stack", [])]
+        if fields.get("cause"):
+            fields["cause"] = cls.from_dict(fields["cause"])
         return cls(**fields)
 
 
@@ -226,6 +236,9 @@ class CheckResult:
     #: inductor's reasons for running graphs of the compiled run without CUDA graphs (``mode="reduce-overhead"``
     #: levels on CUDA); empty when there were none or no CUDA graphs were asked for
     cudagraph_skips: list[str] = field(default_factory=list)
+    #: the most CUDA memory the check's compiled run held at once, in bytes (``torch.cuda.max_memory_allocated``
+    #: over that run); None off CUDA
+    peak_memory: int | None = None
 
     @property
     def check_id(self) -> str:

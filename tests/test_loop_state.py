@@ -148,12 +148,19 @@ def test_a_model_that_breaks_is_a_break_located_in_the_model_not_an_eager_failur
     from tests.conftest import PLANTED_BREAK_LINE, checks_by_id, read_report
 
     result = toy_project.runpytest("--fullgraph-models=toy_break,toy", "-k", "greedy-while", "-p", "no:cacheprovider",
-                                   f"--fullgraph-report={tmp_path}")
+                                   "-rx", f"--fullgraph-report={tmp_path}")
     result.assert_outcomes(passed=1, xfailed=1)
     check = checks_by_id(read_report(tmp_path))["toy_break-greedy-while"]
     assert (check["outcome"], check["stage"]) == ("break", "compiled generation")
     first = check["first_break"]
     assert (first["file"], first["line"], first["origin"]) == ("conftest.py", PLANTED_BREAK_LINE, "user")
+    # the higher-order op's own message ends in a colon; the break inside it is the news, kept as its cause
+    inside = first["cause"]
+    assert first["exception"].endswith("UncapturedHigherOrderOpError") and inside is not None
+    assert (inside["gb_id"], inside["file"], inside["line"]) == ("GB0170", "conftest.py", PLANTED_BREAK_LINE)
+    assert inside["message"].startswith("Detected data-dependent branching")
+    result.stdout.fnmatch_lines([f"*inside it: Data-dependent branching [[]GB0170[]] at conftest.py:"
+                                 f"{PLANTED_BREAK_LINE} in forward (user): Detected data-dependent branching*"])
     assert [(b["file"], b["line"]) for b in check["breaks"] if b["root_cause"]] == [("conftest.py",
                                                                                     PLANTED_BREAK_LINE)]
 

@@ -240,3 +240,74 @@ def test_version_1_reports_still_load(tmp_path: Path) -> None:
     (tmp_path / "old.json").write_text(json.dumps(data))
     loaded = report.load(tmp_path / "old.json")
     assert loaded.checks[0].device == "" and not loaded.interrupted
+
+
+def a_higher_order_break() -> BreakRecord:
+    """What a user's data-dependent branch in ``forward`` gives at the while level: the op, and the break in it."""
+    inside = BreakRecord("torch._dynamo.exc.Unsupported", "Data-dependent branching", "GB0170",
+                         "Detected data-dependent branching", "conftest.py", 8, "forward", "if x.sum() > 0:", "user")
+    return BreakRecord("torch._dynamo.exc.UncapturedHigherOrderOpError", "UncapturedHigherOrderOpError", None,
+                       "This higher order operator doesn't work unless it is captured completely with torch.compile",
+                       "pytest_fullgraph/decode.py", 374, "decode_while_loop", "state = while_loop(...)", "user",
+                       cause=inside)
+
+
+def test_a_higher_order_break_shows_the_break_inside_it_everywhere(tmp_path: Path) -> None:
+    """The op's own message ends in "Got graph break/error:"; the cause is kept in JSON, Markdown and terminal."""
+    from pytest_fullgraph.report.render import terminal_lines
+
+    record = a_higher_order_break()
+    result = CheckResult("toy", "greedy", "while", "eager", 4, "break", record.summary(), first_break=record)
+    assert result.message.endswith("; inside it: Data-dependent branching [GB0170] at conftest.py:8 in forward "
+                                   "(user): Detected data-dependent branching")
+    loaded = report.load(save(tmp_path, [result]))
+    assert loaded.checks[0].first_break == record
+    page = (tmp_path / report.MARKDOWN_NAME).read_text()
+    assert ("| UncapturedHigherOrderOpError; inside it: Data-dependent branching [GB0170] at conftest.py:8 in forward "
+            "| user |") in page
+    assert "[GB0170](" in page  # PyTorch's help for the inner break, which the op itself has no id for
+    assert any("inside it: Data-dependent branching [GB0170] at conftest.py:8" in line
+               for line in terminal_lines(loaded))
+
+
+def test_peak_cuda_memory_is_summed_per_level(tmp_path: Path) -> None:
+    mib = 1024 * 1024
+    checks = [CheckResult("llama", "greedy", "cudagraphs", "inductor", 8, "pass", peak_memory=30 * mib),
+              CheckResult("gemma", "greedy", "cudagraphs", "inductor", 8, "pass", peak_memory=50 * mib),
+              CheckResult("gemma", "greedy", "while", "inductor", 8, "pass", peak_memory=12 * mib),
+              CheckResult("gemma", "greedy", "forward", "inductor", 8, "pass")]  # a CPU check: not measured
+    save(tmp_path, checks)
+    page = (tmp_path / report.MARKDOWN_NAME).read_text()
+    assert "| cudagraphs | 2 | 80.0 | 50.0 | `gemma-greedy-cudagraphs-float32` |" in page
+    assert "| while | 1 | 12.0 | 12.0 | `gemma-greedy-while-float32` |" in page
+    assert "| forward |" not in page.split("## Peak CUDA memory")[1]
+    assert report.load(tmp_path / report.JSON_NAME).checks[0].peak_memory in (30 * mib, 50 * mib, 12 * mib, None)
+
+
+def test_no_cuda_check_means_no_memory_section(tmp_path: Path) -> None:
+    save(tmp_path, [a_result("llama", "pass")])
+    assert "Peak CUDA memory" not in (tmp_path / report.MARKDOWN_NAME).read_text()
+
+
+def test_peak_memory_is_read_on_cuda_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The measurement itself (the GPU run in bench/gpu.sh shows real numbers): reset before, read after."""
+    import torch
+
+    from pytest_fullgraph.check import peak_cuda_memory
+
+    calls: list[str] = []
+
+    def read(device: str) -> int:
+        calls.append(f"read {device}")
+        return 1234
+
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device: calls.append(f"reset {device}"))
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", read)
+    on_gpu = CheckResult("m", "greedy", "while", "inductor", 4, "pass", device="cuda:0")
+    with peak_cuda_memory(on_gpu):
+        calls.append("run")
+    assert (calls, on_gpu.peak_memory) == (["reset cuda:0", "run", "read cuda:0"], 1234)
+    on_cpu = CheckResult("m", "greedy", "while", "inductor", 4, "pass", device="cpu")
+    with peak_cuda_memory(on_cpu):
+        pass
+    assert on_cpu.peak_memory is None and len(calls) == 3

@@ -88,13 +88,15 @@ def rows(checks: list[CheckResult]) -> list[tuple[str, str, str]]:
 
 def grouped_sites(checks: list[CheckResult]) -> list[dict[str, Any]]:
     """Break sites across all checks, most widespread first: location, GB id, origin, models, checks."""
-    sites: dict[tuple[str, str], dict[str, Any]] = {}
+    sites: dict[tuple[str, str, str], dict[str, Any]] = {}
     for result in checks:
         for record in result.break_records():
-            site = sites.setdefault((record.where(), record.gb_type), {
+            # a higher-order op's break is as many sites as there are breaks inside it
+            inside = f"{record.cause.title()} in {record.cause.function}" if record.cause else ""
+            site = sites.setdefault((record.where(), record.gb_type, inside), {
                 "where": record.where(), "gb_type": record.gb_type, "gb_id": record.gb_id or "",
                 "origin": record.origin, "function": record.function, "models": set(), "checks": set(),
-                "root_cause": False,
+                "root_cause": False, "inside": inside, "inside_gb_id": record.cause.gb_id if record.cause else "",
             })
             site["models"].add(result.model)
             site["checks"].add(result.check_id)
@@ -103,6 +105,11 @@ def grouped_sites(checks: list[CheckResult]) -> list[dict[str, Any]]:
     for site in ordered:
         site["models"], site["checks"] = sorted(site["models"]), sorted(site["checks"])
     return ordered
+
+
+def _inside(site: dict[str, Any]) -> str:
+    """A higher-order op's site: the break inside it, which is the news."""
+    return f"; inside it: {_escape(site['inside'])}" if site.get("inside") else ""
 
 
 def _crash_line(worker: dict[str, str]) -> str:
@@ -163,12 +170,15 @@ def markdown(report: Report) -> str:
                   "|---|---|---|---|---|---|---|"]
         for site in sites:
             lines.append(f"| `{site['where']}` ({site['function']}) | {_gb_link(site['gb_id'], help_by_id)} | "
-                         f"{_escape(site['gb_type'])} | {site['origin']} | {'yes' if site['root_cause'] else 'no'}"
-                         f" | {', '.join(site['models'])} | {len(site['checks'])} |")
+                         f"{_escape(site['gb_type'])}{_inside(site)} | {site['origin']} | "
+                         f"{'yes' if site['root_cause'] else 'no'} | {', '.join(site['models'])} | "
+                         f"{len(site['checks'])} |")
         lines.append("")
-        lines += _help_section([site["gb_id"] for site in sites], help_by_id)
+        lines += _help_section([gb_id for site in sites for gb_id in (site["gb_id"], site["inside_gb_id"]) if gb_id],
+                               help_by_id)
     lines += _audit_section(checks)
     lines += _cudagraph_section(checks)
+    lines += _memory_section(report, checks)
     problems = [result for result in checks if result.outcome in FAILING_OUTCOMES]
     if problems:
         lines += ["## Failures", ""]
@@ -294,6 +304,26 @@ def _cudagraph_section(checks: list[CheckResult]) -> list[str]:
     return [*lines, ""]
 
 
+def _memory_section(report: Report, checks: list[CheckResult]) -> list[str]:
+    """Peak CUDA memory of the compiled runs, per level: what a GPU job must have free (CUDA checks only)."""
+    measured = [result for result in checks if result.peak_memory is not None]
+    if not measured:
+        return []
+    levels = _canonical({r.level for r in measured}, [*(report.environment.get("levels") or {}),
+                                                     *BUILTIN_LEVEL_NAMES])
+    lines = ["## Peak CUDA memory", "", "The most CUDA memory each compiled run held at once (the model's weights "
+             "included), summed and largest per level.", "", "| level | checks | sum (MiB) | largest (MiB) | in |",
+             "|---|---|---|---|---|"]
+    for level in levels:
+        peaks = sorted(((r.peak_memory or 0, r.check_id) for r in measured if r.level == level), reverse=True)
+        lines.append(f"| {level} | {len(peaks)} | {sum(p for p, _ in peaks) / MIB:,.1f} | {peaks[0][0] / MIB:,.1f} "
+                     f"| `{peaks[0][1]}` |")
+    return [*lines, ""]
+
+
+MIB = 1024 * 1024
+
+
 def _legend(report: Report, levels: set[str], scenarios: set[str]) -> list[str]:
     """What each level and scenario in the matrix means, from the descriptions the report carries."""
     described = [(kind, name, text) for kind, names in (("level", levels), ("scenario", scenarios))
@@ -319,9 +349,9 @@ def terminal_lines(report: Report, top_sites: int = 5) -> list[str]:
         help_by_id = report.break_help()
         lines.append("top break sites:")
         for site in sites:
-            lines.append(f"  {site['where']} {site['gb_id'] or '-'} {site['gb_type']} [{site['origin']}] "
-                         f"in {len(site['checks'])} check(s): {', '.join(site['models'])}")
-            found = help_by_id.get(site["gb_id"])
+            lines.append(f"  {site['where']} {site['gb_id'] or '-'} {site['gb_type']}{_inside(site)} "
+                         f"[{site['origin']}] in {len(site['checks'])} check(s): {', '.join(site['models'])}")
+            found = help_by_id.get(site["gb_id"] or site["inside_gb_id"])
             if found is not None:
                 lines.append(f"    hint: {hint_text(found) or found.explanation} {found.url}".rstrip())
     disagreeing = disagreements(model_summaries(checks))

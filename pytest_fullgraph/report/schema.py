@@ -62,7 +62,9 @@ class Report:
         torch's graph-break registry."""
         from pytest_fullgraph.break_help import help_for_ids
 
-        return help_for_ids([record.gb_id for result in self.checks for record in result.break_records()])
+        records = [record for result in self.checks for record in result.break_records()]
+        return help_for_ids([gb_id for record in records
+                             for gb_id in (record.gb_id, record.cause.gb_id if record.cause else None)])
 
     @classmethod
     def from_dict(cls, data: Any, source: str) -> Report:
