@@ -153,3 +153,60 @@ def test_an_unjudged_mismatch_says_why() -> None:
     assert mismatch.precision_note == ("rounding is not judged: the float64 reference failed (RuntimeError: no "
                                        "float64 kernel here)")
     assert mismatch.describe().endswith(mismatch.precision_note)
+
+
+def _static_cache_offset_model(relative_error_in_ulps: float, absolute: float = 0.0) -> Any:
+    """A tiny llama whose static-cache path is off by ``relative_error_in_ulps`` units in the last place of its
+    dtype (what different rounding gives), and token 2 favoured by ``absolute`` (a real bug, in every dtype)."""
+    import torch
+    from transformers import LlamaForCausalLM, StaticCache
+
+    from pytest_fullgraph.models import build_tiny
+
+    class OffWithStaticCache(LlamaForCausalLM):
+        def forward(self, *args: Any, **kwargs: Any) -> Any:
+            out = super().forward(*args, **kwargs)
+            if any(isinstance(value, StaticCache) for value in kwargs.values()):
+                eps = torch.finfo(out.logits.dtype).eps
+                out.logits = out.logits + out.logits.abs() * (relative_error_in_ulps * eps)
+                out.logits[..., 2] += absolute
+            return out
+
+    return cast(Any, build_tiny("llama", model_class=cast(Any, OffWithStaticCache))).to(torch.bfloat16)
+
+
+def _first_seed_where_the_caches_differ(model: Any, inputs: dict[str, Any], config: Any) -> tuple[int, Any]:
+    import torch
+
+    from pytest_fullgraph.generation import generate, static_cache_config
+
+    for seed in range(64):
+        default = generate(model, inputs, config, seed)
+        if not torch.equal(default, generate(model, inputs, static_cache_config(config), seed)):
+            return seed, default
+    raise AssertionError("the two cache paths never drew differently: the scripted model lost its rounding")
+
+
+@pytest.mark.parametrize(("absolute", "verdict"), [
+    (0.0, "but not in float32 (same seed and settings): in bfloat16 the two caches round attention differently and "
+          "a sampled draw near a boundary flips; precision, which shows neither the model's static-cache path nor "
+          "the loop wrong"),
+    (3.0, "in float32 too: the model's static-cache path is wrong, not the loop"),
+])
+def test_a_sampled_static_cache_difference_in_bfloat16_is_blamed_only_if_float32_agrees(absolute: float,
+                                                                                       verdict: str) -> None:
+    """A sampled step has no float64 rounding class; float32, where a few ulps flip no draw, decides."""
+    import torch
+    from transformers import GenerationConfig
+
+    from pytest_fullgraph.compare import static_cache_verdict
+
+    model = _static_cache_offset_model(relative_error_in_ulps=4.0, absolute=absolute)
+    prompt = torch.tensor([[5, 6, 7, 8, 9, 10], [11, 12, 13, 14, 15, 16]])
+    inputs = {"input_ids": prompt, "attention_mask": torch.ones_like(prompt)}
+    config = GenerationConfig(do_sample=True, top_k=0, max_new_tokens=16, pad_token_id=0, eos_token_id=None)
+    seed, default = _first_seed_where_the_caches_differ(model, inputs, config)
+    message = static_cache_verdict(model, inputs, config, seed, default)
+    assert message.startswith("; model.generate with a static cache differs from the default too")
+    assert message.endswith(verdict), message
+    assert next(model.parameters()).dtype == torch.bfloat16  # the float32 run used a copy
