@@ -23,6 +23,10 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 
+# module-level, not in new_static_cache: strict export traces the cache's construction, and torch 2.11's dynamo
+# refuses an import inside traced code (GB0022)
+from transformers.cache_utils import StaticCache
+
 from pytest_fullgraph import loop_state
 from pytest_fullgraph.generation import UnsupportedGeneration
 
@@ -197,8 +201,6 @@ def cache_length(input_ids: torch.Tensor, plan: DecodePlan) -> int:
 def new_static_cache(model: PreTrainedModel, max_cache_len: int) -> Any:
     """A static cache of ``max_cache_len`` positions (see ``cache_length``; its tensors are allocated by the
     first update); recurrent layers (mamba's conv and SSM states) are fixed-size already."""
-    from transformers import StaticCache
-
     return StaticCache(config=model.config, max_cache_len=max_cache_len)
 
 

@@ -24,7 +24,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers.cache_utils import LinearAttentionAndStaticFullAttentionLayer, StaticLayer
+
+# module-level: torch 2.11's dynamo refuses an import inside traced code (GB0022, "Bad import result"),
+# and strict export traces the cache's construction
+from transformers.cache_utils import LinearAttentionAndStaticFullAttentionLayer, StaticCache, StaticLayer
 
 from pytest_fullgraph.generation import UnsupportedGeneration
 
@@ -75,8 +78,6 @@ CARRIED_LAYERS = frozenset({
 def loop_cache(model: Any, max_cache_len: int) -> Any:
     """The static cache ``generate`` would build, with each layer that keeps Python counters replaced (see
     ``WHOLE_LAYERS``); any layer class not known to be carriable raises ``UnsupportedGeneration``."""
-    from transformers import StaticCache
-
     cache = StaticCache(config=model.config, max_cache_len=max_cache_len)
     layers = []
     for layer in cache.layers:

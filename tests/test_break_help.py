@@ -36,7 +36,9 @@ def test_no_entry_shows_boilerplate_as_a_hint_or_a_template_field() -> None:
     hints = [hint for found in shown if found for hint in found.hints]
     assert not BOILERPLATE & set(hints)
     assert not [text for found in shown if found for text in (found.explanation, *found.hints) if "{" in text]
-    assert sum(1 for found in shown if found and "supportable" in found.kinds) > 100
+    # the boilerplate is recognised, not dropped: a fifth of the entries are "supportable" (2.11: 90 of 421;
+    # 2.13: 152 of 517)
+    assert sum(1 for found in shown if found and "supportable" in found.kinds) > len(shown) // 5
 
 
 def test_a_hint_the_registry_splits_in_two_is_one_sentence() -> None:
