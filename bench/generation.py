@@ -4,6 +4,8 @@
     python bench/generation.py table --model llama --backend aot_eager --batch 1 4 --tokens 16 64
     python bench/generation.py cost --models popular --tokens 16 256
     python bench/generation.py throughput --models popular --tokens 64
+    python bench/generation.py throughput --models llama,gemma --batch 1 8 --tokens 64 256 --dtype bfloat16
+    python bench/generation.py throughput --models llama --size mid --dtype bfloat16 --batch 1 --tokens 64
 
 ``scaling``: compile time (first call) and peak RSS of ``fullgraph_generate`` compiled with fullgraph=True,
 each measurement in a fresh process so memory and caches do not leak between them.
@@ -13,13 +15,18 @@ cache, (b) with a static cache, (c) static cache + compiled forward, (d) our loo
 and the ratio of the longest to the shortest (issue #10's target: at most 1.1).
 ``throughput``: per model, steady tokens/s of our ``while_loop`` loop exported and packaged with AOTInductor, against
 ``generate`` with a static cache and a forward compiled by inductor (transformers' supported path) and against
-the default dynamic-cache ``generate`` (issue #10's target: at least 4x the static + compiled-forward path).
-With CUDA available, compiled variants use mode="reduce-overhead".
+the default dynamic-cache ``generate`` (issue #10's target: at least 4x the static + compiled-forward path); on
+CUDA also the ``while`` and (``--variants``) unrolled loops compiled with CUDA graphs. Each cell's tokens are
+compared with the default ``generate``'s (``torch.equal``): a row says ``exact`` or which variant differed.
+``--size mid`` builds a ~1B-parameter llama-type model with random weights (where the forward dominates).
+With CUDA available, compiled variants use mode="reduce-overhead". A variant that fails says its exception's type
+and first line (for a break inside ``while_loop``, the break inside it too).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import platform
 import resource
@@ -51,13 +58,30 @@ def _compile_kwargs(backend: str) -> dict[str, Any]:
     return {"fullgraph": True, "backend": backend, "mode": mode}
 
 
-def _build(model_name: str) -> Any:
+#: ``--size mid``: a llama-type model of about 1.1B parameters (random weights), where the forward dominates.
+MID_SIZE = {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 16, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 2048}
+
+
+def _build(model_name: str, dtype: str = "float32", size: str = "tiny") -> Any:
     import torch
 
     from pytest_fullgraph import build_tiny
 
     torch.set_num_threads(1)
-    model = build_tiny(model_name).to(_device())
+    if size == "mid":
+        from transformers import AutoModelForCausalLM
+
+        from pytest_fullgraph import tiny_config
+
+        config = tiny_config(model_name)
+        for name, value in MID_SIZE.items():
+            setattr(config, name, value)
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(config).eval()
+    else:
+        model = build_tiny(model_name)
+    model = model.to(device=_device(), dtype=getattr(torch, dtype))
     model.generation_config.eos_token_id = None
     return model
 
@@ -70,14 +94,15 @@ def _config(tokens: int, **extra: Any) -> Any:
 
 
 def measure_one(variant: str, model_name: str, backend: str, batch: int, tokens: int,
-                repeats: int) -> dict[str, Any]:
-    """First call (includes compile) and steady-state seconds per token of one variant, in this process."""
+                repeats: int, dtype: str = "float32", size: str = "tiny") -> dict[str, Any]:
+    """First call (includes compile) and steady-state seconds per token of one variant, in this process, and a
+    digest of its tokens (every variant is greedy: equal digests mean equal tokens)."""
     import torch
     from transformers import CompileConfig
 
     from pytest_fullgraph.decode import fullgraph_generate
 
-    model = _build(model_name)
+    model = _build(model_name, dtype, size)
     input_ids, attention_mask = _inputs(model, batch)
 
     if variant == "ours_aoti":
@@ -127,20 +152,46 @@ def measure_one(variant: str, model_name: str, backend: str, batch: int, tokens:
 
     with torch.no_grad():
         started = time.perf_counter()
-        run()
+        output = run()
+        _synchronize()
         first = time.perf_counter() - started
         steady = []
         for _ in range(repeats):
             started = time.perf_counter()
             run()
+            _synchronize()
             steady.append(time.perf_counter() - started)
-    return {"variant": variant, "model": model_name, "backend": backend, "batch": batch, "tokens": tokens,
-            "first_call_s": round(first, 3), "ms_per_token": round(1000 * min(steady) / tokens, 3),
-            "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    row = {"variant": variant, "model": model_name, "backend": backend, "batch": batch, "tokens": tokens,
+           "dtype": dtype, "size": size, "first_call_s": round(first, 3),
+           "ms_per_token": round(1000 * min(steady) / tokens, 3),
+           "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+           "tokens_digest": hashlib.sha256(str(output.tolist()).encode()).hexdigest()[:16]}
+    if _device() == "cuda":
+        row["peak_cuda_mib"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+    return row
+
+
+def _synchronize() -> None:
+    """Wait for the GPU: a CUDA call returns before its kernels finish, so unsynchronised times are too short."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def failure(error: BaseException) -> str:
+    """A failed variant in one line: the exception's type and first line, and for a higher-order op the break
+    inside it (dynamo's last line, "Set TORCHDYNAMO_VERBOSE=1 ...", says nothing)."""
+    from pytest_fullgraph.breaks import break_message, inner_break
+
+    text = f"{type(error).__name__}: {break_message(str(error), getattr(error, 'gb_type', None) or '')}"
+    cause = inner_break(error)
+    return f"{text}; inside it: {cause.summary()}" if cause is not None else text
 
 
 def _in_subprocess(*args: str) -> dict[str, Any]:
-    """One measurement in a fresh process with an empty inductor cache: a compile measured is a compile done."""
+    """One measurement in a fresh process with an empty inductor cache: a compile measured is a compile done.
+    A failure is the child's own one-line account (``failure``), else its last line of error output."""
     import os
     import tempfile
 
@@ -149,9 +200,11 @@ def _in_subprocess(*args: str) -> dict[str, Any]:
         completed = subprocess.run([sys.executable, __file__, "one", *args], capture_output=True, text=True,
                                    check=False, env=environment)
     lines = [line for line in completed.stdout.splitlines() if line.startswith("{")]
-    if completed.returncode != 0 or not lines:
-        return {"error": (completed.stderr.strip().splitlines() or ["no output"])[-1], "args": list(args)}
-    return dict(json.loads(lines[-1]))
+    row = dict(json.loads(lines[-1])) if lines else {}
+    if completed.returncode != 0 or not row or "error" in row:
+        last = (completed.stderr.strip().splitlines() or [f"exit status {completed.returncode}, no output"])[-1]
+        return {"error": row.get("error", last), "args": list(args)}
+    return row
 
 
 def _machine() -> str:
@@ -182,8 +235,14 @@ def main() -> None:
     cost.add_argument("--tokens", nargs="+", type=int, default=[16, 256])
     throughput = commands.add_parser("throughput", help="AOTInductor-packaged loop vs generate, tokens/s per model")
     throughput.add_argument("--models", default="popular", help="a selection, as --fullgraph-models takes it")
-    throughput.add_argument("--tokens", type=int, default=64)
-    throughput.add_argument("--batch", type=int, default=2)
+    throughput.add_argument("--tokens", nargs="+", type=int, default=[64])
+    throughput.add_argument("--batch", nargs="+", type=int, default=[2])
+    throughput.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    throughput.add_argument("--size", default="tiny", choices=["tiny", "mid"],
+                            help="tiny: the suite's tiny model; mid: a ~1B-parameter llama-type model, random weights")
+    throughput.add_argument("--variants", nargs="+", choices=[*VARIANT_NAMES], default=None,
+                            help="the loop variants to measure (default: ours_aoti, and ours_compiled_while on CUDA);"
+                                 " the two generate baselines are always measured")
     table = commands.add_parser("table", help="PR #30788's table: generate variants vs our compiled loop")
     table.add_argument("--model", default="llama")
     table.add_argument("--backend", default="aot_eager")
@@ -194,17 +253,27 @@ def main() -> None:
         one.add_argument(name)
     for name in ("batch", "tokens", "repeats"):
         one.add_argument(name, type=int)
+    one.add_argument("--dtype", default="float32")
+    one.add_argument("--size", default="tiny")
     args = parser.parse_args()
 
     if args.command == "one":
-        print(json.dumps(measure_one(args.variant, args.model, args.backend, args.batch, args.tokens,
-                                     args.repeats)))
+        try:
+            row = measure_one(args.variant, args.model, args.backend, args.batch, args.tokens, args.repeats,
+                              args.dtype, args.size)
+        except Exception as error:  # the parent prints this one line in the variant's cell
+            print(json.dumps({"error": failure(error)}))
+            raise SystemExit(1) from None
+        print(json.dumps(row))
         return
     print(f"machine: {_machine()}")
     if args.command == "cost":
         _cost(_selected(args.models), args.backend, args.tokens)
     elif args.command == "throughput":
-        _throughput(_selected(args.models), args.batch, args.tokens)
+        loops = args.variants or (["ours_aoti", "ours_compiled_while"] if _device() == "cuda" else ["ours_aoti"])
+        for batch in args.batch:
+            for tokens in args.tokens:
+                _throughput(_selected(args.models), batch, tokens, loops, args.dtype, args.size)
     elif args.command == "scaling":
         variant = "ours_compiled_while" if args.loop == "while" else "ours_compiled"
         print("| loop | backend | new tokens | compile + first call (s) | steady ms/token | peak RSS (MiB) |")
@@ -250,22 +319,44 @@ def _cost(models: tuple[str, ...], backend: str, tokens: list[int]) -> None:
         print(f"| {model} | {' | '.join(cells)} | {' | '.join(ratios)} |", flush=True)
 
 
-def _throughput(models: tuple[str, ...], batch: int, tokens: int) -> None:
-    variants = ("ours_aoti", "static_compiled_forward", "dynamic")
-    print(f"batch {batch}, {tokens} new tokens; tokens/s = batch x tokens / steady seconds of one generation")
-    print("| model | AOTI loop tok/s | static + compiled forward tok/s | dynamic generate tok/s "
-          "| AOTI / static+compiled | AOTI / dynamic |")
-    print("|---|---|---|---|---|---|")
+#: What ``throughput`` can measure: our loop packaged with AOTInductor (the ``while`` form), our loop compiled
+#: (unrolled, or ``while``; CUDA graphs on CUDA), and transformers' two paths it is compared with.
+VARIANT_NAMES = ("ours_aoti", "ours_compiled_while", "ours_compiled", "static_compiled_forward", "dynamic")
+BASELINES = ("static_compiled_forward", "dynamic")
+
+
+def _throughput(models: tuple[str, ...], batch: int, tokens: int, loops: list[str], dtype: str, size: str) -> None:
+    """Tokens/s of each loop variant and of generate's two paths, the ratios against them, and whether every
+    variant gave the default generate's tokens."""
+    variants = [*loops, *BASELINES]
+    print(f"\nbatch {batch}, {tokens} new tokens, {dtype}, {size} model; tokens/s = batch x tokens / steady seconds "
+          "of one generation; exact: every variant's tokens equal the default generate's")
+    ratios = [f"{loop} / {base}" for loop in loops for base in BASELINES]
+    print("| model | " + " | ".join(f"{variant} tok/s" for variant in variants) + " | " + " | ".join(ratios)
+          + " | exact |")
+    print("|---|" + "---|" * (len(variants) + len(ratios) + 1))
     for model in models:
-        rows = {variant: _in_subprocess(variant, model, "inductor", str(batch), str(tokens), "5")
-                for variant in variants}
+        rows = {variant: _in_subprocess(variant, model, "inductor", str(batch), str(tokens), "5", "--dtype", dtype,
+                                        "--size", size) for variant in variants}
         rates = {variant: batch * 1000 / row["ms_per_token"] if "ms_per_token" in row else None
                  for variant, row in rows.items()}
         cells = [f"{rates[variant]:.0f}" if rates[variant] else f"error: {rows[variant].get('error')}"
                  for variant in variants]
-        ours, static, dynamic = (rates[variant] for variant in variants)
-        ratios = [f"{ours / other:.1f}x" if ours and other else "-" for other in (static, dynamic)]
-        print(f"| {model} | {' | '.join(cells)} | {' | '.join(ratios)} |", flush=True)
+        quotients = [_ratio(rates[loop], rates[base]) for loop in loops for base in BASELINES]
+        print(f"| {model} | {' | '.join(cells)} | {' | '.join(quotients)} | {_exactness(rows)} |", flush=True)
+
+
+def _ratio(ours: float | None, theirs: float | None) -> str:
+    return f"{ours / theirs:.1f}x" if ours and theirs else "-"
+
+
+def _exactness(rows: dict[str, dict[str, Any]]) -> str:
+    """``exact`` when every variant that ran gave the default generate's tokens, else the ones that differ."""
+    reference = rows["dynamic"].get("tokens_digest")
+    if reference is None:
+        return "- (generate failed)"
+    differing = [variant for variant, row in rows.items() if row.get("tokens_digest") not in (None, reference)]
+    return "exact" if not differing else "MISMATCH: " + ", ".join(differing)
 
 
 if __name__ == "__main__":

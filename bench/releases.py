@@ -1,0 +1,110 @@
+"""The torch-release table: the same checks on every torch release that installs, and what changed between them.
+
+    python bench/releases.py run --venv /path/to/venv-torch2.11 [--venv ...] -o bench/reports/releases
+    python bench/releases.py table bench/reports/releases/torch*/fullgraph-report.json
+
+``run``: for each virtual environment (one torch release each, pytest_fullgraph installed in it, e.g. with
+``pip install -e .``), the conformance suite's basic scenarios at every fast level on the release table's models,
+each release in its own process, into ``<output>/torch<release>/``. A release whose run fails to start is said
+in one line; the others go on.
+``table``: per release and level, the outcome counts; then, for each release against the one before it, every
+verdict that changed and every break site that appeared or went, as ``report diff`` says them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+#: The models of the release table: the popular families the issue names (dense, sliding, recurrent, GPT-2).
+MODELS = ("llama", "gemma", "mistral", "qwen3", "phi3", "gpt2", "mamba", "gemma2")
+#: Outcomes as the table shows them, least severe first.
+SHOWN = ("pass", "skip", "break", "mismatch", "error", "nondeterministic")
+
+
+def run(venvs: list[Path], output: Path, models: tuple[str, ...]) -> None:
+    """The suite under each environment's python, one release after another (each run uses both cores)."""
+    for venv in venvs:
+        python = venv / "bin" / "python"
+        release = _torch_release(python)
+        if release is None:
+            print(f"{venv}: no torch importable with {python}; skipped", flush=True)
+            continue
+        target = output / f"torch{release}"
+        command = [str(python), "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "-q",
+                   f"--fullgraph-models={','.join(models)}", f"--fullgraph-report={target}",
+                   "suites/test_conformance.py"]
+        started = time.perf_counter()
+        completed = subprocess.run(command, capture_output=True, text=True, check=False)
+        tail = (completed.stdout.strip().splitlines() or ["no output"])[-1]
+        print(f"torch {release}: exit {completed.returncode} in {time.perf_counter() - started:.0f} s: {tail}",
+              flush=True)
+
+
+def _torch_release(python: Path) -> str | None:
+    completed = subprocess.run([str(python), "-c", "import torch; print(torch.__version__.split('+')[0])"],
+                               capture_output=True, text=True, check=False)
+    if completed.returncode != 0:
+        return None
+    return completed.stdout.strip() or None
+
+
+def table(paths: list[Path]) -> None:
+    from pytest_fullgraph.report import load
+    from pytest_fullgraph.report.gate import diff
+
+    reports = sorted(((load(path), path) for path in paths), key=lambda item: _release(item[0]))
+    levels = list(dict.fromkeys(result.level for report, _ in reports for result in report.sorted_checks()))
+    print("| torch | transformers | checks | " + " | ".join(levels) + " |")
+    print("|---|---|---|" + "---|" * len(levels))
+    for report, _ in reports:
+        cells = [_counts(report, level) for level in levels]
+        print(f"| {report.environment.get('torch')} | {report.environment.get('transformers')} | "
+              f"{len(report.checks)} | " + " | ".join(cells) + " |")
+    for (older, _), (newer, _) in itertools.pairwise(reports):
+        gate = diff(older, newer, allow_missing=True)
+        changes = [*gate.regressions, *gate.improvements, *gate.notes]
+        print(f"\n**torch {older.environment.get('torch')} → {newer.environment.get('torch')}:** "
+              f"{gate.summary().split(':')[0]}\n")
+        print("\n".join(f"- {line}" for line in changes) or "- no verdict and no break site changed")
+
+
+def _release(report: object) -> tuple[int, ...]:
+    version = str(getattr(report, "environment", {}).get("torch", "0")).split("+")[0]
+    return tuple(int(part) for part in version.split(".") if part.isdigit())
+
+
+def _counts(report: object, level: str) -> str:
+    """``38 pass, 2 break`` for one level of one release."""
+    checks = [result for result in getattr(report, "checks", []) if result.level == level]
+    counts = Counter(result.outcome for result in checks)
+    return ", ".join(f"{counts[name]} {name}" for name in SHOWN if counts[name]) or "—"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    running = commands.add_parser("run", help="the suite on each release's environment")
+    running.add_argument("--venv", type=Path, action="append", required=True,
+                         help="a virtual environment with one torch release and pytest_fullgraph installed")
+    running.add_argument("-o", "--output", type=Path, default=Path("bench/reports/releases"))
+    running.add_argument("--models", default=",".join(MODELS))
+    tabling = commands.add_parser("table", help="outcome counts per release and level, and what changed")
+    tabling.add_argument("reports", type=Path, nargs="+")
+    args = parser.parse_args()
+    if args.command == "run":
+        run(args.venv, args.output, tuple(args.models.split(",")))
+    else:
+        missing = [str(path) for path in args.reports if not path.is_file()]
+        if missing:
+            sys.exit(f"no such report: {', '.join(missing)}")
+        table(args.reports)
+
+
+if __name__ == "__main__":
+    main()
