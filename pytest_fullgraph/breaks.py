@@ -190,7 +190,7 @@ def record_from_exception(error: BaseException, user_stack: Any = None) -> Break
     return BreakRecord(
         exception=f"{type(error).__module__}.{type(error).__qualname__}",
         gb_type=gb_type,
-        gb_id=gb_id_for(gb_type, message.split(HOP_MARKER)[0]) if cause else gb_id_for(gb_type, message),
+        gb_id=gb_id_for(gb_type, _hop_parts(message)[0]) if cause else gb_id_for(gb_type, message),
         message=break_message(message, gb_type),
         file=where.file if where else "",
         line=where.line if where else 0,
@@ -203,36 +203,45 @@ def record_from_exception(error: BaseException, user_stack: Any = None) -> Break
     )
 
 
-#: How dynamo's message for a higher-order op it gave up on (GB0007 on torch 2.11, ``UncapturedHigherOrderOpError``)
-#: ends its first line; the break inside the op follows it.
-HOP_MARKER = "Got graph break/error:"
+#: How dynamo's message for a higher-order op it gave up on (``UncapturedHigherOrderOpError``) introduces the break
+#: inside the op: "... captured completely with torch.compile. Got graph break/error:" and the break on the next
+#: lines (torch 2.11 on), or "... Got <the break's title>" on the same line (2.9, 2.10).
+_HOP_TAIL = re.compile(r"captured completely with torch\.compile\.\s*Got(?: graph break/error:)?\s*")
 _EXPLANATION = re.compile(r"^\s*Explanation:\s*(.+)$", re.MULTILINE)
 _USER_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)(?:\n(?P<source>.*))?',
                          re.MULTILINE)
 
 
+def _hop_parts(message: str) -> tuple[str, str | None]:
+    """(the op's own words, the inner break's message); the second is None for any other break."""
+    found = _HOP_TAIL.search(message)
+    if found is None:
+        return message, None
+    return message[: found.start()] + "captured completely with torch.compile", message[found.end():]
+
+
 def break_message(message: str, gb_type: str) -> str:
     """What a break says about itself in one line: the first line, unless that only repeats the break's type
     (dynamo's ``Unsupported`` starts with it), then the first line of its explanation; a higher-order op's
-    message without the colon that introduces the inner break (``cause`` holds that)."""
-    head = message.split(HOP_MARKER)[0]
-    line = first_line(head).rstrip(" .:") if HOP_MARKER in message else first_line(head)
+    message without the inner break it introduces (``cause`` holds that)."""
+    head, inner = _hop_parts(message)
+    line = first_line(head)
     explanation = _EXPLANATION.search(head)
-    if line == gb_type and explanation:
+    if inner is None and line == gb_type and explanation:
         return explanation.group(1).strip()
     return line
 
 
 def inner_break(error: BaseException) -> BreakRecord | None:
     """The break inside a higher-order op that dynamo gave up on: the inner exception it replaced (kept as the
-    ``__context__`` of ``raise ... from None``), else what its message says after ``HOP_MARKER``."""
-    message = str(error)
-    if HOP_MARKER not in message:
+    ``__context__`` of ``raise ... from None``), else what its message says after the op's own words."""
+    inner_message = _hop_parts(str(error))[1]
+    if inner_message is None:
         return None
     inner = error.__context__
     if inner is not None and inner is not error and (getattr(inner, "gb_type", None) or is_graph_break(inner)):
         return record_from_exception(inner)
-    return _record_from_text(message.split(HOP_MARKER, 1)[1])
+    return _record_from_text(inner_message)
 
 
 def _record_from_text(text: str) -> BreakRecord:

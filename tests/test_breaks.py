@@ -86,3 +86,38 @@ def test_recompile_reasons_are_the_same_in_every_process() -> None:
     reason = ("0/0: ___check_obj_id(func.__code__, 93848271708960), type=<class 'code'>  # f at 0x7f3a12\n"
               "User stack trace:\n  File ...")
     assert normalise_reason(reason) == "0/0: ___check_obj_id(func.__code__, <id>), type=<class 'code'>  # f at <id>"
+
+
+#: A higher-order op's message as torch 2.9 and 2.10 word it: the inner break's title on the first line.
+OLDER_HOP_MESSAGE = """while_loop doesn't work unless it is captured completely with torch.compile. Got Attempted to \
+call function marked as skipped
+  Explanation: Dynamo developers have intentionally marked that the function `_tensor_min_max` should not be traced.
+
+ For more details about this graph break, please visit: https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0007.html
+
+from user code:
+   File "/somewhere/site-packages/torch/_higher_order_ops/while_loop.py", line 224, in flat_body_fn
+    return body_fn(*carried, *additional)
+   File "/somewhere/project/model.py", line 12, in body
+    tokens = scores.max()
+"""
+
+
+def test_a_higher_order_break_worded_by_older_torch_keeps_its_cause_from_the_message() -> None:
+    """Without the inner exception (``__context__``), the cause is read from the message, in either wording."""
+    from torch._dynamo.exc import UncapturedHigherOrderOpError
+
+    from pytest_fullgraph.breaks import break_message, inner_break
+
+    error = UncapturedHigherOrderOpError(OLDER_HOP_MESSAGE, [])
+    assert break_message(str(error), "UncapturedHigherOrderOpError") == (
+        "while_loop doesn't work unless it is captured completely with torch.compile")
+    cause = inner_break(error)
+    assert cause is not None
+    assert (cause.gb_type, cause.gb_id, cause.file, cause.line, cause.function) == (
+        "Attempted to call function marked as skipped", "GB0007", "/somewhere/project/model.py", 12, "body")
+    assert cause.message.startswith("Dynamo developers have intentionally marked") and cause.source == (
+        "tokens = scores.max()")
+    newer = OLDER_HOP_MESSAGE.replace("torch.compile. Got Attempted", "torch.compile. Got graph break/error:\n\nAttempted")
+    assert inner_break(UncapturedHigherOrderOpError(newer, [])) == cause
+    assert inner_break(ValueError("Got graph break/error: not a higher-order op's message")) is None
