@@ -105,11 +105,13 @@ from user code:
 
 def test_a_higher_order_break_worded_by_older_torch_keeps_its_cause_from_the_message() -> None:
     """Without the inner exception (``__context__``), the cause is read from the message, in either wording."""
+    from traceback import StackSummary
+
     from torch._dynamo.exc import UncapturedHigherOrderOpError
 
     from pytest_fullgraph.breaks import break_message, inner_break
 
-    error = UncapturedHigherOrderOpError(OLDER_HOP_MESSAGE, [])
+    error = UncapturedHigherOrderOpError(OLDER_HOP_MESSAGE, StackSummary())
     assert break_message(str(error), "UncapturedHigherOrderOpError") == (
         "while_loop doesn't work unless it is captured completely with torch.compile")
     cause = inner_break(error)
@@ -118,6 +120,7 @@ def test_a_higher_order_break_worded_by_older_torch_keeps_its_cause_from_the_mes
         "Attempted to call function marked as skipped", "GB0007", "/somewhere/project/model.py", 12, "body")
     assert cause.message.startswith("Dynamo developers have intentionally marked") and cause.source == (
         "tokens = scores.max()")
-    newer = OLDER_HOP_MESSAGE.replace("torch.compile. Got Attempted", "torch.compile. Got graph break/error:\n\nAttempted")
-    assert inner_break(UncapturedHigherOrderOpError(newer, [])) == cause
+    newer = OLDER_HOP_MESSAGE.replace("torch.compile. Got Attempted",
+                                      "torch.compile. Got graph break/error:\n\nAttempted")
+    assert inner_break(UncapturedHigherOrderOpError(newer, StackSummary())) == cause
     assert inner_break(ValueError("Got graph break/error: not a higher-order op's message")) is None
