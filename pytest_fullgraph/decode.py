@@ -62,7 +62,8 @@ class DecodeProgram(torch.nn.Module):
                 max_new_tokens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         cache = new_cache(self.model, self.plan, self.cache_len, self.loop)
         if self.loop == "while":
-            return decode_while_loop(self.model, self.plan, input_ids, attention_mask, cache, max_new_tokens)
+            with loop_state.python_min_max():
+                return decode_while_loop(self.model, self.plan, input_ids, attention_mask, cache, max_new_tokens)
         return decode_loop(self.model, self.plan, input_ids, attention_mask, cache)
 
 

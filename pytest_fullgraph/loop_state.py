@@ -17,6 +17,7 @@ re-expressed with the loop's length tensor. Anything else raises ``UnsupportedGe
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import math
 from collections.abc import Callable, Iterator
@@ -171,6 +172,30 @@ def output_collector_idle(loop: str) -> Iterator[None]:
         yield
     finally:
         output_capturing._active_collector = collector
+
+
+#: Python's own ``min`` and ``max``, as this module found them on import.
+_PYTHON_MIN_MAX = (builtins.min, builtins.max)
+
+
+@contextlib.contextmanager
+def python_min_max() -> Iterator[None]:
+    """Python's ``min`` and ``max`` while a ``while`` program is exported without strictness.
+
+    torch 2.9's non-strict export replaces the builtins with a wrapper of its own that dynamo, tracing the loop's
+    body, refuses as "marked as skipped" (``_tensor_min_max``): every processor that calls ``min`` (top-k) broke
+    the exported ``while`` form. The body is traced, so dynamo handles the real builtins itself; when nothing
+    replaced them (other releases, or strict export, where this runs under dynamo) nothing changes.
+    """
+    replaced = (builtins.min, builtins.max)
+    if replaced == _PYTHON_MIN_MAX:
+        yield
+        return
+    builtins.min, builtins.max = _PYTHON_MIN_MAX
+    try:
+        yield
+    finally:
+        builtins.min, builtins.max = replaced
 
 
 @contextlib.contextmanager

@@ -308,3 +308,30 @@ def test_the_idle_collector_writes_nothing_unless_outputs_are_asked_for() -> Non
     assert output_capturing._active_collector is original
     with loop_state.output_collector_idle("unrolled"):
         assert output_capturing._active_collector is original
+
+
+@pytest.mark.parametrize("shim", [True, False], ids=["python_min_max", "without_it"])
+def test_an_export_that_replaces_min_still_exports_the_while_form(monkeypatch: pytest.MonkeyPatch, shim: bool) -> None:
+    """torch 2.9's non-strict export swaps builtins.min/max for a wrapper dynamo refuses inside the while body
+    (top-k calls ``min``). Emulated here with a wrapper dynamo cannot trace; without the shim it breaks."""
+    import builtins
+    import contextlib
+
+    from pytest_fullgraph import loop_state
+    from pytest_fullgraph.decode import export_generate
+
+    if not shim:
+        monkeypatch.setattr(loop_state, "python_min_max", contextlib.nullcontext)
+    model = build_tiny("llama")
+    config = GenerationConfig(max_new_tokens=4, do_sample=True, top_k=12, pad_token_id=0, eos_token_id=None)
+    torch.manual_seed(3)
+    expected = generate_fn(model)(input_ids=PROMPTS, attention_mask=(PROMPTS != 0).long(), generation_config=config)
+    monkeypatch.setattr(builtins, "min", torch._dynamo.disable(builtins.min))  # what the body must not meet
+    if not shim:
+        with pytest.raises(Exception, match="captured completely"):
+            export_generate(model, PROMPTS, (PROMPTS != 0).long(), config, loop="while")
+        return
+    program = export_generate(model, PROMPTS, (PROMPTS != 0).long(), config, loop="while")
+    monkeypatch.undo()
+    torch.manual_seed(3)
+    assert torch.equal(program(PROMPTS, (PROMPTS != 0).long()), expected)
