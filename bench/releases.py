@@ -1,12 +1,15 @@
 """The torch-release table: the same checks on every torch release that installs, and what changed between them.
 
     python bench/releases.py run --venv /path/to/venv-torch2.11 [--venv ...] -o bench/reports/releases
+    python bench/releases.py extract baselines/fast-torch2.13.0.json -o bench/reports/releases/torch2.13.0
     python bench/releases.py table bench/reports/releases/torch*/fullgraph-report.json
 
 ``run``: for each virtual environment (one torch release each, pytest_fullgraph installed in it, e.g. with
 ``pip install -e .``), the conformance suite's basic scenarios at every fast level on the release table's models,
 each release in its own process, into ``<output>/torch<release>/``. A release whose run fails to start is said
 in one line; the others go on.
+``extract``: the table's models out of another report of the same checks (e.g. the committed pull-request baseline,
+``baselines/fast-torch2.13.0.json``), so a release measured there need not be run again.
 ``table``: per release and level, the outcome counts; then, for each release against the one before it, every
 verdict that changed and every break site that appeared or went, as ``report diff`` says them.
 """
@@ -54,6 +57,20 @@ def _torch_release(python: Path) -> str | None:
     return completed.stdout.strip() or None
 
 
+def extract(source: Path, output: Path, models: tuple[str, ...]) -> None:
+    """Write the checks of ``models`` from ``source`` as a report of their own (same environment, noted)."""
+    from pytest_fullgraph.report import Report, load, write
+
+    report = load(source)
+    checks = [result for result in report.checks if result.model in models]
+    missing = sorted(set(models) - {result.model for result in checks})
+    if missing:
+        sys.exit(f"{source}: no checks of {', '.join(missing)}")
+    environment = {**report.environment, "models": sorted(models), "extracted_from": str(source)}
+    write(Report(environment, checks, report.crashed_workers, report.run), output)
+    print(f"{len(checks)} checks of {len(models)} models from {source} -> {output}")
+
+
 def table(paths: list[Path]) -> None:
     from pytest_fullgraph.report import load
     from pytest_fullgraph.report.gate import diff
@@ -68,10 +85,22 @@ def table(paths: list[Path]) -> None:
               f"{len(report.checks)} | " + " | ".join(cells) + " |")
     for (older, _), (newer, _) in itertools.pairwise(reports):
         gate = diff(older, newer, allow_missing=True)
-        changes = [*gate.regressions, *gate.improvements, *gate.notes]
         print(f"\n**torch {older.environment.get('torch')} → {newer.environment.get('torch')}:** "
               f"{gate.summary().split(':')[0]}\n")
-        print("\n".join(f"- {line}" for line in changes) or "- no verdict and no break site changed")
+        grouped = grouped_changes([*gate.regressions, *gate.improvements, *gate.notes])
+        print("\n".join(f"- {line}" for line in grouped) or "- no verdict and no break site changed")
+
+
+def grouped_changes(lines: list[str]) -> list[str]:
+    """The gate's lines (``IMPROVED llama-greedy-generate-float32: break site gone X``) grouped by what changed,
+    each with how many checks and which models: the same change over 32 checks is one line."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for line in lines:
+        kind, _, rest = line.partition(" ")
+        check, _, what = rest.partition(": ")
+        groups.setdefault((kind, what), []).append(check)
+    return [f"{kind} {what}: {len(checks)} check(s) of {', '.join(sorted({c.split('-')[0] for c in checks}))}"
+            for (kind, what), checks in groups.items()]
 
 
 def _release(report: object) -> tuple[int, ...]:
@@ -94,11 +123,17 @@ def main() -> None:
                          help="a virtual environment with one torch release and pytest_fullgraph installed")
     running.add_argument("-o", "--output", type=Path, default=Path("bench/reports/releases"))
     running.add_argument("--models", default=",".join(MODELS))
+    extracting = commands.add_parser("extract", help="the table's models out of a larger report")
+    extracting.add_argument("source", type=Path)
+    extracting.add_argument("-o", "--output", type=Path, required=True)
+    extracting.add_argument("--models", default=",".join(MODELS))
     tabling = commands.add_parser("table", help="outcome counts per release and level, and what changed")
     tabling.add_argument("reports", type=Path, nargs="+")
     args = parser.parse_args()
     if args.command == "run":
         run(args.venv, args.output, tuple(args.models.split(",")))
+    elif args.command == "extract":
+        extract(args.source, args.output, tuple(args.models.split(",")))
     else:
         missing = [str(path) for path in args.reports if not path.is_file()]
         if missing:

@@ -11,14 +11,18 @@ import pytest
 import torch
 
 
-@pytest.fixture(scope="module")
-def generation() -> ModuleType:
-    path = Path(__file__).resolve().parent.parent / "bench" / "generation.py"
-    spec = importlib.util.spec_from_file_location("bench_generation", path)
+def _bench_module(name: str) -> ModuleType:
+    path = Path(__file__).resolve().parent.parent / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="module")
+def generation() -> ModuleType:
+    return _bench_module("generation")
 
 
 def _body_with_a_branch(step: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -56,3 +60,25 @@ def test_the_exactness_column_names_the_variants_that_differ(generation: ModuleT
     rows["static_compiled_forward"] = {"error": "RuntimeError: boom"}  # a failed variant is its own cell
     assert generation._exactness(rows) == "MISMATCH: ours_aoti"
     assert generation._exactness({"dynamic": {"error": "x"}}) == "- (generate failed)"
+
+
+def test_the_release_table_groups_one_change_over_many_checks_into_one_line() -> None:
+    releases = _bench_module("releases")
+    lines = ["IMPROVED llama-greedy-generate-float32: break site gone utils.py:2105 (copy.deepcopy())",
+             "IMPROVED gemma-eos-generate-float32: break site gone utils.py:2105 (copy.deepcopy())",
+             "REGRESSION gemma-eos-while-float32: pass -> break: Unsupported at x.py:1"]
+    assert releases.grouped_changes(lines) == [
+        "IMPROVED break site gone utils.py:2105 (copy.deepcopy()): 2 check(s) of gemma, llama",
+        "REGRESSION pass -> break: Unsupported at x.py:1: 1 check(s) of gemma"]
+
+
+def test_the_release_table_takes_its_models_out_of_a_larger_report(tmp_path: Path) -> None:
+    from pytest_fullgraph import CheckResult
+    from pytest_fullgraph.report import Report, load, write
+
+    checks = [CheckResult(model, "greedy", "decode", "aot_eager", 4, "pass") for model in ("llama", "opt", "gpt2")]
+    write(Report({"torch": "2.13.0"}, checks), tmp_path / "all")
+    _bench_module("releases").extract(tmp_path / "all" / "fullgraph-report.json", tmp_path / "two", ("llama", "gpt2"))
+    extracted = load(tmp_path / "two" / "fullgraph-report.json")
+    assert sorted(result.model for result in extracted.checks) == ["gpt2", "llama"]
+    assert extracted.environment["extracted_from"].endswith("fullgraph-report.json")
