@@ -72,11 +72,14 @@ def extract(source: Path, output: Path, models: tuple[str, ...]) -> None:
 
 
 def table(paths: list[Path]) -> None:
+    from pytest_fullgraph.levels import BUILTIN_LEVEL_NAMES
     from pytest_fullgraph.report import load
     from pytest_fullgraph.report.gate import diff
 
     reports = sorted(((load(path), path) for path in paths), key=lambda item: _release(item[0]))
-    levels = list(dict.fromkeys(result.level for report, _ in reports for result in report.sorted_checks()))
+    present = {result.level for report, _ in reports for result in report.checks}
+    # the suite's own order (forward, generate, decode, while, export), then any other level
+    levels = [level for level in BUILTIN_LEVEL_NAMES if level in present] + sorted(present - set(BUILTIN_LEVEL_NAMES))
     print("| torch | transformers | checks | " + " | ".join(levels) + " |")
     print("|---|---|---|" + "---|" * len(levels))
     for report, _ in reports:
