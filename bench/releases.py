@@ -2,7 +2,7 @@
 
     python bench/releases.py run --venv /path/to/venv-torch2.11 [--venv ...] -o bench/reports/releases
     python bench/releases.py extract baselines/fast-torch2.13.0.json -o bench/reports/releases/torch2.13.0
-    python bench/releases.py table bench/reports/releases/torch*/fullgraph-report.json
+    python bench/releases.py table bench/reports/releases/torch*/fullgraph-report.json.gz
 
 ``run``: for each virtual environment (one torch release each, pytest_fullgraph installed in it, e.g. with
 ``pip install -e .``), the conformance suite's basic scenarios at every fast level on the release table's models,
@@ -17,12 +17,15 @@ verdict that changed and every break site that appeared or went, as ``report dif
 from __future__ import annotations
 
 import argparse
+import gzip
 import itertools
+import json
 import subprocess
 import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 #: The models of the release table: the popular families the issue names (dense, sliding, recurrent, GPT-2).
 MODELS = ("llama", "gemma", "mistral", "qwen3", "phi3", "gpt2", "mamba", "gemma2")
@@ -73,10 +76,9 @@ def extract(source: Path, output: Path, models: tuple[str, ...]) -> None:
 
 def table(paths: list[Path]) -> None:
     from pytest_fullgraph.levels import BUILTIN_LEVEL_NAMES
-    from pytest_fullgraph.report import load
     from pytest_fullgraph.report.gate import diff
 
-    reports = sorted(((load(path), path) for path in paths), key=lambda item: _release(item[0]))
+    reports = sorted(((_load(path), path) for path in paths), key=lambda item: _release(item[0]))
     present = {result.level for report, _ in reports for result in report.checks}
     # the suite's own order (forward, generate, decode, while, export), then any other level
     levels = [level for level in BUILTIN_LEVEL_NAMES if level in present] + sorted(present - set(BUILTIN_LEVEL_NAMES))
@@ -92,6 +94,16 @@ def table(paths: list[Path]) -> None:
               f"{gate.summary().split(':')[0]}\n")
         grouped = grouped_changes([*gate.regressions, *gate.improvements, *gate.notes])
         print("\n".join(f"- {line}" for line in grouped) or "- no verdict and no break site changed")
+
+
+def _load(path: Path) -> Any:
+    """A report, plain or gzipped (the committed release reports are kept gzipped)."""
+    from pytest_fullgraph.report import Report, load
+
+    if path.suffix != ".gz":
+        return load(path)
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        return Report.from_dict(json.load(handle), str(path))
 
 
 def grouped_changes(lines: list[str]) -> list[str]:

@@ -58,12 +58,22 @@ def test_origin_rules_table(frame: Frame, origin: str) -> None:
     assert classify(frame) == origin and origin in ORIGINS
 
 
+def _first_generate_break() -> tuple[str, str, str]:
+    """(function, origin, GB id) of generate's first break on the installed torch: before 2.12 dynamo cannot trace
+    ``copy.deepcopy`` of the generation config (bench/reports/releases: the site is gone from 2.12.1 on)."""
+    release = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
+    if release < (2, 12):
+        return "_prepare_generation_config", "generation", "GB0179"
+    return "_prepare_special_tokens", "eos", "GB0170"
+
+
 def test_real_breaks_of_transformers_generate_are_classified() -> None:
     result = run_check(build_tiny("llama"), "llama", "eos", "generate", "eager", 2)
     assert result.outcome == "break"
     first = result.first_break
-    assert first is not None and first.function == "_prepare_special_tokens"
-    assert (first.origin, first.gb_id, first.file) == ("eos", "GB0170", "transformers/generation/utils.py")
+    function, origin, gb_id = _first_generate_break()
+    assert first is not None and first.function == function
+    assert (first.origin, first.gb_id, first.file) == (origin, gb_id, "transformers/generation/utils.py")
     sites = {(b.function, b.gb_type): b for b in result.breaks}
     special = [b for b in result.breaks if b.function == "_prepare_special_tokens"]
     assert special and {b.origin for b in special} == {"eos"}
