@@ -101,3 +101,17 @@ def test_every_command_names_options_and_entry_points_that_exist(job: str, line:
                                    text=True, check=False, timeout=300)
         assert completed.returncode != 2, completed.stderr  # 2: an option or command that does not exist
         assert "usage:" not in completed.stderr
+
+
+def test_the_torch_axes_name_only_releases_measured_to_install_and_collate_expects_each() -> None:
+    """A release on an axis must have its row in the torch-release table (bench/reports/releases), which is
+    measured by installing it; the collate job expects one merged group per release of the slow axis."""
+    jobs = workflow()["jobs"]
+    measured = {path.name.removeprefix("torch") for path in (REPOSITORY / "bench" / "reports" / "releases").iterdir()
+                if (path / "fullgraph-report.json.gz").is_file()}
+    for job in ("fast", "slow"):
+        axis = set(jobs[job]["strategy"]["matrix"]["torch"])
+        assert axis <= measured, f"{job}: {sorted(axis - measured)} not in the release table"
+    expect = next(step["env"]["EXPECT"] for step in jobs["collate"]["steps"] if "EXPECT" in step.get("env", {}))
+    slow_groups = expect.split("||")[-1].strip(" '}").split()
+    assert slow_groups == [f"slow-torch{release}" for release in jobs["slow"]["strategy"]["matrix"]["torch"]]
