@@ -131,3 +131,37 @@ def test_the_committed_baseline_gates_every_check_the_pull_request_tier_runs() -
     assert group_name(baseline) == "fast-torch2.13.0"
     assert tier and {check.check_id for check in baseline.checks} == tier
     assert not baseline.environment.get("shards_missing")
+
+
+#: Run with torch unimportable, as CI's collate job runs (``pip install --no-deps``): render the committed baseline,
+#: split it into two shards, and collate them.
+NO_TORCH_SCRIPT = """
+import sys
+sys.modules["torch"] = None  # every import of torch now fails
+from pathlib import Path
+from pytest_fullgraph.report import Report, load, markdown, write
+from pytest_fullgraph.report.collate import collate
+
+baseline = load(sys.argv[1])
+page = markdown(baseline)
+assert "What PyTorch says about these breaks" in page and "[GB0170](" in page, page[:400]
+out = Path(sys.argv[2])
+half = len(baseline.checks) // 2
+for name, checks in (("a", baseline.checks[:half]), ("b", baseline.checks[half:])):
+    write(Report(baseline.environment, checks, [], baseline.run, baseline.stored_help), out / name)
+result = collate([out / "a" / "fullgraph-report.json", out / "b" / "fullgraph-report.json"], out / "merged")
+assert not result.failed, result.summary[:3]
+merged = load(result.merged["fast-torch2.13.0"])
+assert len(merged.checks) == len(baseline.checks) and merged.stored_help == baseline.stored_help
+print("rendered and collated without torch")
+"""
+
+
+def test_the_report_layer_needs_no_torch(tmp_path: Path) -> None:
+    """PyTorch's help is stored with the report by the run's torch and read back, so merge, collate and render
+    run where torch is absent (and show the help of the release that ran)."""
+    baseline = Path(__file__).resolve().parent.parent / "baselines" / "fast-torch2.13.0.json"
+    completed = subprocess.run([sys.executable, "-c", NO_TORCH_SCRIPT, str(baseline), str(tmp_path)],
+                               capture_output=True, text=True, check=False)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert "rendered and collated without torch" in completed.stdout

@@ -40,12 +40,14 @@ def merge(reports: Iterable[tuple[str, Report]]) -> Report:
     crashed: list[dict[str, str]] = []
     exit_statuses: list[int] = []
     interrupted = False
+    stored_help: dict[str, Any] = {}
     for source, report in reports:
         if environments:
             _check_same_configuration(source, report.environment, environments[0])
         sources.append(source)
         environments.append(report.environment)
         crashed.extend(report.crashed_workers)
+        stored_help.update(report.stored_help)  # shards of one configuration ran one torch: the same words
         interrupted |= report.interrupted
         if isinstance(report.run.get("exitstatus"), int):
             exit_statuses.append(report.run["exitstatus"])
@@ -58,8 +60,8 @@ def merge(reports: Iterable[tuple[str, Report]]) -> Report:
         raise ReportError("no reports to merge")
     run = {"exitstatus": next((status for status in exit_statuses if status != 0), 0 if exit_statuses else None),
            "interrupted": interrupted}
-    merged = Report(_merged_environment(environments, sources), [r for _, r in by_key.values()], crashed, run)
-    return merged
+    return Report(_merged_environment(environments, sources), [r for _, r in by_key.values()], crashed, run,
+                  stored_help)
 
 
 def _check_same_configuration(source: str, environment: dict[str, Any], first: dict[str, Any]) -> None:

@@ -34,6 +34,9 @@ class Report:
     #: how the run ended: ``exitstatus`` (pytest's exit code) and ``interrupted`` (Ctrl-C, or a shard
     #: stopped early); an interrupted report holds only the checks that finished
     run: dict[str, Any] = field(default_factory=lambda: {"exitstatus": None, "interrupted": False})
+    #: PyTorch's help by GB id as the run's torch gave it (``break_help`` in the JSON, read back): collate, merge
+    #: and render need no torch, and show the help of the release that ran, not of the one that reads
+    stored_help: dict[str, BreakHelp] = field(default_factory=dict)
 
     @property
     def interrupted(self) -> bool:
@@ -54,17 +57,23 @@ class Report:
             "checks": [result.to_dict() for result in self.sorted_checks()],
             # derived from the checks for readers of the JSON; recomputed, never read back
             "models": [summary.to_dict() for summary in model_summaries(self.checks)],
+            # the run's torch's words, read back by collate, merge and render (which need no torch)
             "break_help": {gb_id: found.to_dict() for gb_id, found in self.break_help().items()},
         }
 
     def break_help(self) -> dict[str, BreakHelp]:
-        """PyTorch's explanation and specific hints for each GB id the checks' breaks have, from the installed
-        torch's graph-break registry."""
+        """PyTorch's explanation and specific hints for each GB id the checks' breaks have: as stored with the
+        report (the run's torch), else from the installed torch's graph-break registry; none without either."""
         from pytest_fullgraph.break_help import help_for_ids
 
         records = [record for result in self.checks for record in result.break_records()]
-        return help_for_ids([gb_id for record in records
-                             for gb_id in (record.gb_id, record.cause.gb_id if record.cause else None)])
+        wanted = {gb_id for record in records
+                  for gb_id in (record.gb_id, record.cause.gb_id if record.cause else None) if gb_id}
+        found = {gb_id: self.stored_help[gb_id] for gb_id in wanted if gb_id in self.stored_help}
+        missing = sorted(wanted - set(found))
+        if missing and _torch_importable():
+            found.update(help_for_ids(list(missing)))
+        return dict(sorted(found.items()))
 
     @classmethod
     def from_dict(cls, data: Any, source: str) -> Report:
@@ -77,9 +86,28 @@ class Report:
         try:
             checks = [CheckResult.from_dict(item) for item in data["checks"]]
             run = dict(data.get("run") or {"exitstatus": None, "interrupted": False})
-            return cls(dict(data["environment"]), checks, [dict(w) for w in data.get("crashed_workers", [])], run)
+            stored = {str(gb_id): _help_from_dict(entry) for gb_id, entry in (data.get("break_help") or {}).items()}
+            return cls(dict(data["environment"]), checks, [dict(w) for w in data.get("crashed_workers", [])], run,
+                       stored)
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise ReportError(f"{source}: malformed report ({type(error).__name__}: {error})") from None
+
+
+def _help_from_dict(entry: dict[str, Any]) -> BreakHelp:
+    from pytest_fullgraph.break_help import BreakHelp
+
+    return BreakHelp(str(entry["gb_id"]), str(entry.get("gb_type", "")), str(entry.get("explanation", "")),
+                     tuple(entry.get("hints") or ()), tuple(entry.get("kinds") or ()), str(entry.get("url", "")))
+
+
+def _torch_importable() -> bool:
+    """Whether this process can ask torch for help (CI's collate job installs no torch)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):  # a module set to None in sys.modules, as a test blocks it
+        return False
 
 
 def environment(settings: dict[str, Any], descriptions: dict[str, Any]) -> dict[str, Any]:
