@@ -25,7 +25,10 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pytest_fullgraph.report import Report
 
 #: The models of the release table: the popular families the issue names (dense, sliding, recurrent, GPT-2).
 MODELS = ("llama", "gemma", "mistral", "qwen3", "phi3", "gpt2", "mamba", "gemma2")
@@ -96,7 +99,7 @@ def table(paths: list[Path]) -> None:
         print("\n".join(f"- {line}" for line in grouped) or "- no verdict and no break site changed")
 
 
-def _load(path: Path) -> Any:
+def _load(path: Path) -> Report:
     """A report, plain or gzipped (the committed release reports are kept gzipped)."""
     from pytest_fullgraph.report import Report, load
 
@@ -118,14 +121,14 @@ def grouped_changes(lines: list[str]) -> list[str]:
             for (kind, what), checks in groups.items()]
 
 
-def _release(report: object) -> tuple[int, ...]:
-    version = str(getattr(report, "environment", {}).get("torch", "0")).split("+")[0]
+def _release(report: Report) -> tuple[int, ...]:
+    version = str(report.environment.get("torch", "0")).split("+")[0]
     return tuple(int(part) for part in version.split(".") if part.isdigit())
 
 
-def _counts(report: object, level: str) -> str:
+def _counts(report: Report, level: str) -> str:
     """``38 pass, 2 break`` for one level of one release."""
-    checks = [result for result in getattr(report, "checks", []) if result.level == level]
+    checks = [result for result in report.checks if result.level == level]
     counts = Counter(result.outcome for result in checks)
     return ", ".join(f"{counts[name]} {name}" for name in SHOWN if counts[name]) or "—"
 

@@ -50,6 +50,12 @@ class BreakHelp:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BreakHelp:
+        """The help a report stored (``to_dict``), read back."""
+        return cls(str(data["gb_id"]), str(data.get("gb_type", "")), str(data.get("explanation", "")),
+                   tuple(data.get("hints") or ()), tuple(data.get("kinds") or ()), str(data.get("url", "")))
+
 
 def docs_url(gb_id: str) -> str:
     return DOCS_URL.format(number=gb_id.removeprefix("GB"))

@@ -190,7 +190,8 @@ def record_from_exception(error: BaseException, user_stack: Any = None) -> Break
     return BreakRecord(
         exception=f"{type(error).__module__}.{type(error).__qualname__}",
         gb_type=gb_type,
-        gb_id=gb_id_for(gb_type, _hop_parts(message)[0]) if cause else gb_id_for(gb_type, message),
+        # a higher-order op's own id, not the one its inner break's docs link gives
+        gb_id=gb_id_for(gb_type, _hop_parts(message)[0]),
         message=break_message(message, gb_type),
         file=where.file if where else "",
         line=where.line if where else 0,

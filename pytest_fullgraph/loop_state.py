@@ -182,10 +182,11 @@ _PYTHON_MIN_MAX = (builtins.min, builtins.max)
 def python_min_max() -> Iterator[None]:
     """Python's ``min`` and ``max`` while a ``while`` program is exported without strictness.
 
-    torch 2.9's non-strict export replaces the builtins with a wrapper of its own that dynamo, tracing the loop's
-    body, refuses as "marked as skipped" (``_tensor_min_max``): every processor that calls ``min`` (top-k) broke
-    the exported ``while`` form. The body is traced, so dynamo handles the real builtins itself; when nothing
-    replaced them (other releases, or strict export, where this runs under dynamo) nothing changes.
+    Non-strict export replaces the builtins with a wrapper of its own that dynamo, tracing the loop's body,
+    refuses: torch 2.9 as "marked as skipped" (``_tensor_min_max``), 2.15.0 as "op min not reachable in operator
+    or builtins"; every processor that calls ``min`` (top-k) broke the exported ``while`` form. The body is
+    traced, so dynamo handles the real builtins itself; when nothing replaced them (other releases, or strict
+    export, where this runs under dynamo) nothing changes.
     """
     replaced = (builtins.min, builtins.max)
     if replaced == _PYTHON_MIN_MAX:

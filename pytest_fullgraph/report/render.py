@@ -304,6 +304,9 @@ def _cudagraph_section(checks: list[CheckResult]) -> list[str]:
     return [*lines, ""]
 
 
+MIB = 1024 * 1024
+
+
 def _memory_section(report: Report, checks: list[CheckResult]) -> list[str]:
     """Peak CUDA memory of the compiled runs, per level: what a GPU job must have free (CUDA checks only)."""
     measured = [result for result in checks if result.peak_memory is not None]
@@ -319,9 +322,6 @@ def _memory_section(report: Report, checks: list[CheckResult]) -> list[str]:
         lines.append(f"| {level} | {len(peaks)} | {sum(p for p, _ in peaks) / MIB:,.1f} | {peaks[0][0] / MIB:,.1f} "
                      f"| `{peaks[0][1]}` |")
     return [*lines, ""]
-
-
-MIB = 1024 * 1024
 
 
 def _legend(report: Report, levels: set[str], scenarios: set[str]) -> list[str]:

@@ -86,18 +86,13 @@ class Report:
         try:
             checks = [CheckResult.from_dict(item) for item in data["checks"]]
             run = dict(data.get("run") or {"exitstatus": None, "interrupted": False})
-            stored = {str(gb_id): _help_from_dict(entry) for gb_id, entry in (data.get("break_help") or {}).items()}
+            from pytest_fullgraph.break_help import BreakHelp
+
+            stored = {str(gb_id): BreakHelp.from_dict(entry) for gb_id, entry in (data.get("break_help") or {}).items()}
             return cls(dict(data["environment"]), checks, [dict(w) for w in data.get("crashed_workers", [])], run,
                        stored)
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise ReportError(f"{source}: malformed report ({type(error).__name__}: {error})") from None
-
-
-def _help_from_dict(entry: dict[str, Any]) -> BreakHelp:
-    from pytest_fullgraph.break_help import BreakHelp
-
-    return BreakHelp(str(entry["gb_id"]), str(entry.get("gb_type", "")), str(entry.get("explanation", "")),
-                     tuple(entry.get("hints") or ()), tuple(entry.get("kinds") or ()), str(entry.get("url", "")))
 
 
 def _torch_importable() -> bool:
