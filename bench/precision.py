@@ -57,7 +57,8 @@ def one(model_name: str, dtype: str, setting: str, prompts: int, tokens: int) ->
 
     from pytest_fullgraph.compare import first_difference, precision_verdict
     from pytest_fullgraph.decode import fullgraph_generate
-    from pytest_fullgraph.scenarios import left_padded_prompts, model_generation_defaults, vocab_size
+    from pytest_fullgraph.inputs import left_padded_prompts, model_generation_defaults
+    from pytest_fullgraph.modeling import vocab_size
 
     torch.set_num_threads(1)
     model = build(model_name, dtype)

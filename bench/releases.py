@@ -11,29 +11,20 @@ in one line; the others go on.
 ``extract``: the table's models out of another report of the same checks (e.g. the committed pull-request baseline,
 ``baselines/fast-torch2.13.0.json``), so a release measured there need not be run again.
 ``table``: per release and level, the outcome counts; then, for each release against the one before it, every
-verdict that changed and every break site that appeared or went, as ``report diff`` says them.
+verdict that changed and every break site that appeared or went, as ``report diff`` says them: the section
+``python -m pytest_fullgraph report findings ... --releases`` writes into docs/FINDINGS.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import gzip
-import itertools
-import json
 import subprocess
 import sys
 import time
-from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from pytest_fullgraph.report import Report
 
 #: The models of the release table: the popular families the issue names (dense, sliding, recurrent, GPT-2).
 MODELS = ("llama", "gemma", "mistral", "qwen3", "phi3", "gpt2", "mamba", "gemma2")
-#: Outcomes as the table shows them, least severe first.
-SHOWN = ("pass", "skip", "break", "mismatch", "error", "nondeterministic")
 
 
 def run(venvs: list[Path], output: Path, models: tuple[str, ...]) -> None:
@@ -73,64 +64,15 @@ def extract(source: Path, output: Path, models: tuple[str, ...]) -> None:
     if missing:
         sys.exit(f"{source}: no checks of {', '.join(missing)}")
     environment = {**report.environment, "models": sorted(models), "extracted_from": str(source)}
-    write(Report(environment, checks, report.crashed_workers, report.run), output)
+    write(Report(environment, checks, report.crashed_workers, report.run, report.stored_help), output)
     print(f"{len(checks)} checks of {len(models)} models from {source} -> {output}")
 
 
 def table(paths: list[Path]) -> None:
-    from pytest_fullgraph.levels import BUILTIN_LEVEL_NAMES
-    from pytest_fullgraph.report.gate import diff
+    """The release table as docs/FINDINGS.md has it (``python -m pytest_fullgraph report findings --releases``)."""
+    from pytest_fullgraph.report import findings, releases
 
-    reports = sorted(((_load(path), path) for path in paths), key=lambda item: _release(item[0]))
-    present = {result.level for report, _ in reports for result in report.checks}
-    # the suite's own order (forward, generate, decode, while, export), then any other level
-    levels = [level for level in BUILTIN_LEVEL_NAMES if level in present] + sorted(present - set(BUILTIN_LEVEL_NAMES))
-    print("| torch | transformers | checks | " + " | ".join(levels) + " |")
-    print("|---|---|---|" + "---|" * len(levels))
-    for report, _ in reports:
-        cells = [_counts(report, level) for level in levels]
-        print(f"| {report.environment.get('torch')} | {report.environment.get('transformers')} | "
-              f"{len(report.checks)} | " + " | ".join(cells) + " |")
-    for (older, _), (newer, _) in itertools.pairwise(reports):
-        gate = diff(older, newer, allow_missing=True)
-        print(f"\n**torch {older.environment.get('torch')} → {newer.environment.get('torch')}:** "
-              f"{gate.summary().split(':')[0]}\n")
-        grouped = grouped_changes([*gate.regressions, *gate.improvements, *gate.notes])
-        print("\n".join(f"- {line}" for line in grouped) or "- no verdict and no break site changed")
-
-
-def _load(path: Path) -> Report:
-    """A report, plain or gzipped (the committed release reports are kept gzipped)."""
-    from pytest_fullgraph.report import Report, load
-
-    if path.suffix != ".gz":
-        return load(path)
-    with gzip.open(path, "rt", encoding="utf-8") as handle:
-        return Report.from_dict(json.load(handle), str(path))
-
-
-def grouped_changes(lines: list[str]) -> list[str]:
-    """The gate's lines (``IMPROVED llama-greedy-generate-float32: break site gone X``) grouped by what changed,
-    each with how many checks and which models: the same change over 32 checks is one line."""
-    groups: dict[tuple[str, str], list[str]] = {}
-    for line in lines:
-        kind, _, rest = line.partition(" ")
-        check, _, what = rest.partition(": ")
-        groups.setdefault((kind, what), []).append(check)
-    return [f"{kind} {what}: {len(checks)} check(s) of {', '.join(sorted({c.split('-')[0] for c in checks}))}"
-            for (kind, what), checks in groups.items()]
-
-
-def _release(report: Report) -> tuple[int, ...]:
-    version = str(report.environment.get("torch", "0")).split("+")[0]
-    return tuple(int(part) for part in version.split(".") if part.isdigit())
-
-
-def _counts(report: Report, level: str) -> str:
-    """``38 pass, 2 break`` for one level of one release."""
-    checks = [result for result in report.checks if result.level == level]
-    counts = Counter(result.outcome for result in checks)
-    return ", ".join(f"{counts[name]} {name}" for name in SHOWN if counts[name]) or "—"
+    print("\n".join(releases.release_section([(findings.shown(path), findings.read(path)) for path in paths])))
 
 
 def main() -> None:

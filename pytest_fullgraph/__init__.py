@@ -2,10 +2,13 @@
 
 Layout, one concern per module (data flows down this list):
 ``options`` (command line, environment, ini → ``Settings``), ``models`` (registry and tiny-model records),
-``scenarios`` (inputs and generation settings), ``levels`` (how each level compiles, diagnoses and counts
-graphs), ``check`` (the decision tree), ``compare`` (exact comparison and its explanation), ``decode`` (our
-single-graph loop), ``breaks`` (locating and classifying breaks), ``results`` (the outcome vocabulary and
-result types), ``report`` (schema, merge, gate, renderings), ``session`` / ``plugin`` / ``hookspecs`` (pytest).
+``scenarios`` (the table of inputs and generation settings), ``inputs`` (a scenario's prompts, config and picked
+tokens for one model), ``modeling`` (what the checks ask of a model), ``levels`` (what a level decides: how it
+compiles, diagnoses and counts graphs) and ``builtin_levels`` (ours), ``check`` (the decision tree), ``compare``
+(exact comparison and its explanation), ``decode`` (our single-graph loop; its ``while`` form's state, processors
+and tracing aids in ``loop_state``, ``loop_processors``, ``loop_tracing``), ``compile_events`` (what a compile
+reports) and ``breaks`` (locating and classifying breaks), ``results`` (the outcome vocabulary and result types),
+``report`` (schema, merge, gate, renderings), ``session`` / ``plugin`` / ``hookspecs`` (pytest).
 """
 
 from __future__ import annotations

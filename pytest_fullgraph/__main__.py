@@ -41,6 +41,7 @@ def _parser() -> argparse.ArgumentParser:
                          help="Improvements fail too, so the baseline is refreshed whenever results get better")
     compare.add_argument("--divergences-only", action="store_true",
                          help="A mismatch classified as a rounding flip counts as a pass (for bfloat16/float16 jobs)")
+    _findings_parser(report_commands)
     commands.add_parser("versions", help="key=torch<v>-transformers<v>-py<v> and each version, one per line "
                                          "(CI's compile-cache key; imports torch)")
     models = commands.add_parser(
@@ -76,6 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                            shard=args.shard, shard_costs=args.shard_costs)
         if args.report_command == "collate":
             return _collate(args)
+        if args.report_command == "findings":
+            return _findings(args)
         if args.report_command == "merge":
             merged = report.merge((path, report.load(path)) for path in args.reports)
             for path in report.write(merged, args.output):
@@ -128,6 +131,42 @@ def _versions() -> int:
     print(f"key=torch{found['torch']}-transformers{found['transformers']}-py{found['python']}")
     for name, version in found.items():
         print(f"{name}={version}")
+    return 0
+
+
+def _findings_parser(report_commands: Any) -> None:
+    from pytest_fullgraph.report.findings import DEFAULT_SITES
+
+    findings = report_commands.add_parser(
+        "findings", help="The measured findings as Markdown (docs/FINDINGS.md), generated from one run's reports "
+                         "and the torch-release reports")
+    findings.add_argument("reports", nargs="+", metavar="REPORT",
+                          help="Reports of one run (shards or parts, .json or .json.gz), merged; a directory stands "
+                               "for the reports in it")
+    findings.add_argument("--releases", nargs="+", default=[], metavar="REPORT",
+                          help="One report per torch release; a directory stands for DIR/*/fullgraph-report.json[.gz]")
+    findings.add_argument("--sites", type=int, default=DEFAULT_SITES, metavar="N",
+                          help=f"Break sites listed per table (default {DEFAULT_SITES})")
+    findings.add_argument("-o", "--output", default=None, metavar="FILE",
+                          help="Write the Markdown to FILE instead of printing it")
+
+
+def _findings(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from pytest_fullgraph.report import findings
+
+    if args.sites < 1:
+        print(f"pytest_fullgraph: error: --sites must be a positive integer, not {args.sites}", file=sys.stderr)
+        return 2
+    output = Path(args.output) if args.output else None
+    text = findings.generate([Path(path) for path in args.reports], [Path(path) for path in args.releases],
+                             output, args.sites)
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        findings.write(text, output)
+        print(output)
     return 0
 
 

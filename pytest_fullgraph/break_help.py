@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -81,7 +82,7 @@ def help_for(gb_id: str | None) -> BreakHelp | None:
                      tuple(dict.fromkeys(kinds)), docs_url(gb_id))
 
 
-def help_for_ids(gb_ids: list[str | None]) -> dict[str, BreakHelp]:
+def help_for_ids(gb_ids: Iterable[str | None]) -> dict[str, BreakHelp]:
     """Help for each id the registry knows, by id, in sorted order."""
     found = {gb_id: help_for(gb_id) for gb_id in sorted({gb_id for gb_id in gb_ids if gb_id})}
     return {gb_id: found_help for gb_id, found_help in found.items() if found_help is not None}

@@ -8,8 +8,8 @@ import copy
 from typing import TYPE_CHECKING, Any, cast
 
 from pytest_fullgraph.generation import generate, static_cache_config
+from pytest_fullgraph.modeling import forward_parameters, initial_positions, model_dtype
 from pytest_fullgraph.results import DIVERGENCE, ROUNDING, Mismatch, PrecisionVerdict, first_line
-from pytest_fullgraph.scenarios import model_dtype
 
 if TYPE_CHECKING:
     import torch
@@ -48,8 +48,6 @@ def eager_logit_gap(model: PreTrainedModel, inputs: dict[str, Any], config: Gene
 def next_token_logits(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """The model's logits for the token after ``input_ids`` (one full forward, no cache), positions derived
     from the left-padded mask as ``generate`` derives them."""
-    from pytest_fullgraph.decode import forward_parameters, initial_positions
-
     kwargs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask, "use_cache": False}
     if "position_ids" in forward_parameters(model):
         kwargs["position_ids"] = initial_positions(attention_mask)
@@ -84,8 +82,6 @@ def precision_verdict(model: PreTrainedModel, inputs: dict[str, Any], reference:
     float64 gap of 1.3 float16 steps, where the two tokens' own float16 errors were 0.0004 but the step's
     largest was 0.0013: a rounding flip that the two tokens' errors alone would have called a divergence.
     """
-    import copy
-
     import torch
 
     if mismatch.eager_token is None or mismatch.compiled_token is None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import inspect
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,8 +26,9 @@ import torch
 # refuses an import inside traced code (GB0022)
 from transformers.cache_utils import StaticCache
 
-from pytest_fullgraph import loop_state
+from pytest_fullgraph import loop_processors, loop_state, loop_tracing
 from pytest_fullgraph.generation import UnsupportedGeneration
+from pytest_fullgraph.modeling import forward_parameters, initial_positions
 
 if TYPE_CHECKING:
     from transformers import GenerationConfig, PreTrainedModel
@@ -62,7 +62,7 @@ class DecodeProgram(torch.nn.Module):
                 max_new_tokens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         cache = new_cache(self.model, self.plan, self.cache_len, self.loop)
         if self.loop == "while":
-            with loop_state.python_min_max():
+            with loop_tracing.python_min_max():
                 return decode_while_loop(self.model, self.plan, input_ids, attention_mask, cache, max_new_tokens)
         return decode_loop(self.model, self.plan, input_ids, attention_mask, cache)
 
@@ -145,6 +145,8 @@ def prepare(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: tor
     if max_new_tokens < 1:
         raise UnsupportedGeneration(f"max_new_tokens must be at least 1, got {max_new_tokens}")
     config.max_length = prompt_length + max_new_tokens
+    if config.min_new_tokens is not None:  # as generate: min_new_tokens wins over min_length when both are set
+        config.min_length = int(config.min_new_tokens) + prompt_length
     processors = generate_api._get_logits_processor(
         generation_config=config, input_ids_seq_length=prompt_length, encoder_input_ids=input_ids,
         device=input_ids.device, model_kwargs={"attention_mask": attention_mask})
@@ -161,7 +163,7 @@ def prepare(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: tor
 
         stop_strings = StopStringCriteria(tokenizer=tokenizer, stop_strings=config.stop_strings)
     # the loops give processors and criteria stand-ins whose writes stay in the graph: made here, on the host
-    loop_state.prepare_views(*processors, *([stop_strings] if stop_strings is not None else []))
+    loop_tracing.prepare_views(*processors, *([stop_strings] if stop_strings is not None else []))
     return attention_mask, DecodePlan(config, processors, max_new_tokens, bool(config.do_sample),
                                       eos if eos is not None and eos.numel() > 0 else None, config._pad_token_tensor,
                                       "position_ids" in parameters, "logits_to_keep" in parameters,
@@ -178,19 +180,6 @@ def _mask_when_decoding(model: PreTrainedModel, input_ids: torch.Tensor, attenti
     step_inputs = cast(Any, model).prepare_inputs_for_generation(
         input_ids, attention_mask=attention_mask, use_cache=True, is_first_iteration=False)
     return step_inputs.get("attention_mask") is not None
-
-
-def forward_parameters(model: PreTrainedModel) -> set[str]:
-    """Named parameters of the model's forward; a ``forward(*args, **kwargs)`` wrapper defers to its base."""
-    for klass in type(model).__mro__:
-        forward = vars(klass).get("forward")
-        if forward is None:
-            continue
-        parameters = inspect.signature(forward).parameters.values()
-        named = {p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)} - {"self"}
-        if named:
-            return named
-    return set()
 
 
 def cache_length(input_ids: torch.Tensor, plan: DecodePlan) -> int:
@@ -215,14 +204,9 @@ def new_cache(model: PreTrainedModel, plan: DecodePlan, max_cache_len: int, loop
     """The cache a loop form runs on: ``generate``'s static cache unrolled; for the ``while_loop`` form, one whose
     state is all in tensors (after checking its processors can be traced once for every step)."""
     if loop == "while":
-        loop_state.check_processors(plan.processors)
+        loop_processors.check_processors(plan.processors)
         return loop_state.loop_cache(model, max_cache_len)
     return new_static_cache(model, max_cache_len)
-
-
-def initial_positions(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Position ids as ``generate`` derives them from a left-padded mask."""
-    return (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)
 
 
 def generate_mask(model: PreTrainedModel, plan: DecodePlan, attention_mask: torch.Tensor | None, cache: Any,
@@ -281,7 +265,7 @@ def _still_running(plan: DecodePlan, tokens: torch.Tensor, unfinished: torch.Ten
     if plan.eos is not None:
         running = running & ~torch.isin(tokens, plan.eos).long()
     if plan.stop_strings is not None:
-        criteria = loop_state.view(plan.stop_strings)  # its call re-binds its tensors: keep that out of the plan
+        criteria = loop_tracing.view(plan.stop_strings)  # its call re-binds its tensors: keep that out of the plan
         # ids past its embedding read as the "no token" row, which matches no string
         done = criteria(tail(criteria.maximum_token_len, criteria.embedding_vec.shape[0] - 1), None)
         running = running & ~done.long()
@@ -310,7 +294,7 @@ def decode_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tenso
     for _ in range(plan.max_new_tokens):
         logits = model(input_ids=step_input, cache=cache, **_forward_kwargs(plan, step_positions),
                        attention_mask=generate_mask(model, plan, step_mask, cache, step_input, step_positions)).logits
-        scores = loop_state.process_unrolled(plan.processors, sequences, _last_scores(logits))
+        scores = loop_processors.process_unrolled(plan.processors, sequences, _last_scores(logits))
         next_tokens = _next_tokens(plan, scores, unfinished)
         steps = steps + (unfinished.max() > 0).long()  # generate runs a step while any row is unfinished
         sequences = torch.cat([sequences, next_tokens[:, None]], dim=-1)
@@ -343,11 +327,12 @@ def decode_while_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch
     logits = model(input_ids=input_ids, cache=cache, **_forward_kwargs(plan, position_ids),
                    attention_mask=generate_mask(model, plan, attention_mask, cache, input_ids, position_ids)).logits
     unfinished = torch.ones(batch, dtype=torch.long, device=input_ids.device)
-    prefill_scores = loop_state.process_unrolled(plan.processors, input_ids, _last_scores(logits), isolated=True)
+    prefill_scores = loop_processors.process_unrolled(plan.processors, input_ids, _last_scores(logits), isolated=True)
     tokens = _next_tokens(plan, prefill_scores, unfinished)
     sequences = sequences.index_copy(1, torch.full((1,), prompt_length, device=input_ids.device), tokens[:, None])
     first_length = torch.full((), prompt_length + 1, dtype=torch.long, device=input_ids.device)
-    unfinished = _still_running(plan, tokens, unfinished, functools.partial(loop_state.tail, sequences, first_length))
+    unfinished = _still_running(plan, tokens, unfinished,
+                                functools.partial(loop_processors.tail, sequences, first_length))
     carried = loop_state.CarriedCache(cache)
     # valid tokens in ``sequences``; the next token is written at this index
     length = torch.full((), prompt_length + 1, dtype=torch.long, device=input_ids.device)
@@ -367,15 +352,26 @@ def decode_while_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch
                              positions)
         logits = model(input_ids=step_input, attention_mask=mask, cache=step_cache,
                        **_forward_kwargs(plan, positions)).logits
-        scores = loop_state.process(plan.processors, sequences, length, _last_scores(logits))
+        scores = loop_processors.process(plan.processors, sequences, length, _last_scores(logits))
         next_tokens = _next_tokens(plan, scores, unfinished)
         sequences = sequences.index_copy(1, length.reshape(1), next_tokens[:, None])
         running = _still_running(plan, next_tokens, unfinished,
-                                 functools.partial(loop_state.tail, sequences, length + 1))
+                                 functools.partial(loop_processors.tail, sequences, length + 1))
         return (steps + 1, next_tokens, positions, running, length + 1, sequences, *carried.tensors(step_cache))
 
     state = while_loop(condition, body, (steps, tokens, positions, unfinished, length, sequences, *carried.tensors()))
     return state[5], state[0]
+
+
+def checked_plan(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                 generation_config: GenerationConfig | None, loop: str,
+                 generate_arguments: dict[str, Any]) -> tuple[torch.Tensor, DecodePlan]:
+    """The opening of every entry point (``fullgraph_generate``, ``export_generate``): refuse an unknown loop form
+    or ``generate`` argument before any work, then ``prepare`` the plan with the one argument it takes, the
+    tokenizer, so both refuse and plan alike."""
+    check_loop(loop)
+    check_generate_arguments(generate_arguments)
+    return prepare(model, input_ids, attention_mask, generation_config, generate_arguments.get("tokenizer"))
 
 
 def trimmed(sequences: torch.Tensor, input_ids: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
@@ -403,13 +399,11 @@ def fullgraph_generate(
     further arguments (``prefix_allowed_tokens_fn``, ``tokenizer``): refused, naming them, unless harmless to
     ignore.
     """
-    check_loop(loop)
-    check_generate_arguments(generate_arguments)
-    attention_mask, plan = prepare(model, input_ids, attention_mask, generation_config,
-                                   generate_arguments.get("tokenizer"))
+    attention_mask, plan = checked_plan(model, input_ids, attention_mask, generation_config, loop,
+                                        generate_arguments)
     cache = new_cache(model, plan, cache_length(input_ids, plan), loop)
     run = compiler(LOOPS[loop]) if compiler is not None else LOOPS[loop]
-    with torch.no_grad(), loop_state.traceable_loop(model, loop):
+    with torch.no_grad(), loop_tracing.traceable_loop(model, loop):
         sequences, steps = run(model, plan, input_ids, attention_mask, cache)
     return trimmed(sequences, input_ids, steps)
 
@@ -430,7 +424,7 @@ def _json_settings(config: GenerationConfig) -> dict[str, Any]:
 
 #: Generation settings whose processors are built for the example's prompt length: a program exported with
 #: dynamic shapes would apply them at the wrong positions for other lengths.
-PROMPT_LENGTH_SETTINGS = ("min_length", "min_new_tokens")
+PROMPT_LENGTH_SETTINGS = ("min_new_tokens", "min_length")  # min_new_tokens first: it sets min_length
 
 
 class ExportedGeneration(Protocol):
@@ -471,34 +465,11 @@ def export_generate(
     whose callable also takes ``max_new_tokens=`` (1 up to the config's, the default): one program for every
     generation length up to that bound.
     """
-    check_loop(loop)
-    check_generate_arguments(generate_arguments)
-    attention_mask, plan = prepare(model, input_ids, attention_mask, generation_config,
-                                   generate_arguments.get("tokenizer"))
-    cache_len = cache_length(input_ids, plan)
-    dynamic_shapes: tuple[Any, ...] | None = None
-    if dynamic:
-        for name in PROMPT_LENGTH_SETTINGS:
-            if getattr(plan.config, name, 0):
-                raise UnsupportedGeneration(f"export_generate(dynamic=True) does not support {name}="
-                                            f"{getattr(plan.config, name)!r}: its processor is built for the "
-                                            "example's prompt length; export with dynamic=False")
-        longest = max_prompt_length if max_prompt_length is not None else 2 * int(input_ids.shape[1])
-        if longest < int(input_ids.shape[1]):
-            raise UnsupportedGeneration(f"max_prompt_length={longest} is shorter than the example prompt "
-                                        f"({int(input_ids.shape[1])})")
-        cache_len = longest + plan.max_new_tokens  # the mask grows to prompt + new tokens inside the loop
-        dynamic_shapes = ({0: torch.export.Dim.AUTO, 1: torch.export.Dim.AUTO},) * 2
-    example: tuple[torch.Tensor, ...] = (input_ids, attention_mask)
-    if loop == "while":
-        for name in MAX_LENGTH_SETTINGS:
-            if getattr(plan.config, name, None) is not None:
-                raise UnsupportedGeneration(f"export_generate(loop='while') does not support {name}="
-                                            f"{getattr(plan.config, name)!r}: its processor is built for the "
-                                            "bound's max_length; export with loop='unrolled'")
-        example += (torch.tensor(plan.max_new_tokens, device=input_ids.device),)
-        dynamic_shapes = (*dynamic_shapes, None) if dynamic_shapes is not None else None
-    with loop_state.traceable_loop(model, loop):
+    attention_mask, plan = checked_plan(model, input_ids, attention_mask, generation_config, loop,
+                                        generate_arguments)
+    cache_len = _export_cache_length(plan, input_ids, dynamic, max_prompt_length)
+    example, dynamic_shapes = _export_example(plan, input_ids, attention_mask, dynamic, loop)
+    with loop_tracing.traceable_loop(model, loop):
         program = torch.export.export(DecodeProgram(model, plan, cache_len, loop), example,
                                       dynamic_shapes=dynamic_shapes, strict=strict)
     module = program.module()
@@ -514,6 +485,43 @@ def export_generate(
     exported.artifact_metadata = {"loop": loop, "max_new_tokens": bound, "cache_len": cache_len,
                                   "generation_config": _json_settings(plan.config), "inputs": input_ranges(program)}
     return exported
+
+
+def _export_cache_length(plan: DecodePlan, input_ids: torch.Tensor, dynamic: bool,
+                         max_prompt_length: int | None) -> int:
+    """The exported cache's positions: the example's, or with ``dynamic`` the longest prompt's, after refusing
+    settings whose processors are built for the example's prompt length (wrong for any other)."""
+    if not dynamic:
+        return cache_length(input_ids, plan)
+    for name in PROMPT_LENGTH_SETTINGS:
+        if getattr(plan.config, name, 0):
+            raise UnsupportedGeneration(f"export_generate(dynamic=True) does not support {name}="
+                                        f"{getattr(plan.config, name)!r}: its processor is built for the "
+                                        "example's prompt length; export with dynamic=False")
+    longest = max_prompt_length if max_prompt_length is not None else 2 * int(input_ids.shape[1])
+    if longest < int(input_ids.shape[1]):
+        raise UnsupportedGeneration(f"max_prompt_length={longest} is shorter than the example prompt "
+                                    f"({int(input_ids.shape[1])})")
+    return longest + plan.max_new_tokens  # the mask grows to prompt + new tokens inside the loop
+
+
+def _export_example(plan: DecodePlan, input_ids: torch.Tensor, attention_mask: torch.Tensor, dynamic: bool,
+                    loop: str) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...] | None]:
+    """The example inputs and dynamic shapes ``torch.export`` gets: a ``while`` program takes its length as a third
+    input (never dynamic: a 0-d tensor), after refusing settings built for the bound's ``max_length``."""
+    dynamic_shapes: tuple[Any, ...] | None = None
+    if dynamic:
+        dynamic_shapes = ({0: torch.export.Dim.AUTO, 1: torch.export.Dim.AUTO},) * 2
+    example: tuple[torch.Tensor, ...] = (input_ids, attention_mask)
+    if loop != "while":
+        return example, dynamic_shapes
+    for name in MAX_LENGTH_SETTINGS:
+        if getattr(plan.config, name, None) is not None:
+            raise UnsupportedGeneration(f"export_generate(loop='while') does not support {name}="
+                                        f"{getattr(plan.config, name)!r}: its processor is built for the "
+                                        "bound's max_length; export with loop='unrolled'")
+    example += (torch.tensor(plan.max_new_tokens, device=input_ids.device),)
+    return example, (*dynamic_shapes, None) if dynamic_shapes is not None else None
 
 
 def run_program(program: Callable[..., tuple[torch.Tensor, torch.Tensor]], loop: str, bound: int,

@@ -1,20 +1,43 @@
-"""Command line, environment and ini turned into one validated, frozen ``Settings``."""
+"""Command line, environment and ini turned into one validated, frozen ``Settings``.
+
+Each option is one ``Option`` record in ``OPTIONS``; that table alone declares its flag, its ini key and how its
+text becomes a value (a parser from ``parsers``), so a new option is one entry, not three edits that can
+disagree. Reading the options (``read_options``) and deciding the settings (``resolve_settings``) have no side
+effects; the two steps with effects, registering the ``--fullgraph-pretrained`` checkpoints and reading the
+``--fullgraph-shard-costs`` report, are separate functions that ``pytest_configure`` calls in between.
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
 
 import pytest
 
 from pytest_fullgraph.artifacts import RUNTIMES
 from pytest_fullgraph.models import Registry
-from pytest_fullgraph.models.pretrained import register_pretrained
+from pytest_fullgraph.models.pretrained import register_directories
+from pytest_fullgraph.parsers import (
+    DEVICE_TYPES,
+    Choice,
+    parse_absolute_directory,
+    parse_bool,
+    parse_device,
+    parse_directory,
+    parse_positive_int,
+    parse_pretrained,
+    parse_scenarios,
+    parse_seconds,
+    parse_shard,
+    parse_text,
+)
+from pytest_fullgraph.report.files import load as load_report
 from pytest_fullgraph.report.schema import ReportError
-from pytest_fullgraph.report.schema import load as load_report
-from pytest_fullgraph.scenarios import BASIC, select_scenarios
-from pytest_fullgraph.shard import Shard, model_costs, parse_shard, select_shard
+from pytest_fullgraph.scenarios import BASIC
+from pytest_fullgraph.shard import Shard, model_costs, select_shard
 
 BACKENDS = ("eager", "aot_eager", "inductor")
 #: Dtypes a model can be checked in; float64 is the reference that judges rounding, not a dtype under test.
@@ -28,15 +51,10 @@ RUN_SLOW_ENV = "RUN_SLOW"
 BREAK_MODES = ("all", "first")
 #: ``attn_implementation`` values ``--fullgraph-attn`` takes (None: each model's own default, sdpa for most).
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention")
-#: Device types ``--fullgraph-device`` takes; others (mps, xpu) are untested here and refused by name.
-DEVICE_TYPES = ("cpu", "cuda")
 DEFAULT_DEVICE = "cpu"
 #: When the shipped conformance suite (``pytest_fullgraph.suite``) is collected: "auto" when models are
 #: selected (command line or ini) and no test paths are given; "on" always; "off" never.
 SUITE_MODES = ("auto", "on", "off")
-
-_TRUE = ("y", "yes", "t", "true", "on", "1")
-_FALSE = ("n", "no", "f", "false", "off", "0")
 
 
 @dataclass(frozen=True)
@@ -82,291 +100,234 @@ class Settings:
                 "scenarios_selected": list(self.scenarios), "attn_implementation": self.attn_implementation}
 
 
-def add_options(parser: pytest.Parser) -> None:
-    group = parser.getgroup("fullgraph", "fullgraph generate-compile conformance")
-    group.addoption("--fullgraph-models", dest="fullgraph_models", metavar="NAMES", default=None,
-                    help="Comma list of models to check: registered names, 'all', 'popular', glob patterns "
-                         "(qwen*) and tags (tag:moe); python -m pytest_fullgraph models lists them "
-                         f"(default: {DEFAULT_MODELS}; ini: fullgraph_models)")
-    group.addoption("--fullgraph-pretrained", dest="fullgraph_pretrained", metavar="NAME=DIR", default=None,
-                    help="Comma list of NAME=DIR: check the causal LM saved in each local directory (loaded with "
-                         "from_pretrained, offline) as model NAME, beside the models selected (without "
-                         "--fullgraph-models, only these; ini: fullgraph_pretrained)")
-    group.addoption("--fullgraph-scenarios", dest="fullgraph_scenarios", metavar="NAMES", default=None,
-                    help="Comma list of scenarios (generation features) every model runs: names, 'all', 'basic' "
-                         "and glob patterns (top_*); python -m pytest_fullgraph scenarios lists them "
-                         "(default: basic, i.e. greedy, sample, eos, padded; ini: fullgraph_scenarios)")
-    group.addoption("--fullgraph-exclude", dest="fullgraph_exclude", metavar="NAMES", default=None,
-                    help="Comma list of models to leave out of the selection, in the same forms "
-                         "(ini: fullgraph_exclude)")
-    group.addoption("--fullgraph-shard", dest="fullgraph_shard", metavar="I/N", default=None,
-                    help="Run only part I of N of the selected models (1 <= I <= N); N jobs with I = 1..N run "
-                         "every model once, e.g. one CI matrix job each (ini: fullgraph_shard)")
-    group.addoption("--fullgraph-shard-costs", dest="fullgraph_shard_costs", metavar="REPORT.json", default=None,
-                    help="Balance the shards by each model's check time in this earlier report, instead of "
-                         "an even split by count (ini: fullgraph_shard_costs)")
-    group.addoption("--fullgraph-timeout", dest="fullgraph_timeout", metavar="SECONDS", default=None,
-                    help="A check running longer is stopped and recorded as an error; 0 turns the limit off "
-                         f"(default: {DEFAULT_TIMEOUT:g}; ini: fullgraph_timeout)")
-    group.addoption("--fullgraph-backend", dest="fullgraph_backend", metavar="BACKEND", default=None,
-                    help=f"torch.compile backend, one of {', '.join(BACKENDS)} (default: {FAST_BACKEND}, "
-                         f"{SLOW_BACKEND} with --run-slow; ini: fullgraph_backend)")
-    group.addoption("--fullgraph-max-new-tokens", dest="fullgraph_max_new_tokens", metavar="N", default=None,
-                    help=f"Tokens to generate per check, a positive integer (default: {FAST_MAX_NEW_TOKENS}, "
-                         f"{SLOW_MAX_NEW_TOKENS} with --run-slow; ini: fullgraph_max_new_tokens)")
-    group.addoption("--fullgraph-strict", dest="fullgraph_strict", action="store_true", default=None,
-                    help="Fail checks that hit a graph break instead of marking them xfail "
-                         "(ini: fullgraph_strict)")
-    group.addoption("--run-slow", dest="fullgraph_run_slow", action="store_true", default=None,
-                    help=f"Run the slow tier: slow-marked tests, {SLOW_BACKEND} and longer generations "
-                         f"(else env {RUN_SLOW_ENV}, else ini: fullgraph_run_slow)")
-    group.addoption("--fullgraph-report", dest="fullgraph_report", metavar="DIR", default=None,
-                    help="Write fullgraph-report.json and fullgraph-report.md into DIR (ini: fullgraph_report)")
-    group.addoption("--fullgraph-artifacts", dest="fullgraph_artifacts", metavar="DIR", default=None,
-                    help="Save each passing export check's program into DIR as <check id>.pt2 with its metadata, "
-                         "loadable with pytest_fullgraph.load_generate (ini: fullgraph_artifacts)")
-    group.addoption("--fullgraph-artifact-runtime", dest="fullgraph_artifact_runtime", metavar="RUNTIME",
-                    default=None,
-                    help=f"How --fullgraph-artifacts saves programs: {', '.join(RUNTIMES)} (default: pt2; aoti builds "
-                         "an AOTInductor package per program, tens of seconds each; ini: fullgraph_artifact_runtime)")
-    group.addoption("--fullgraph-cache-dir", dest="fullgraph_cache_dir", metavar="DIR", default=None,
-                    help="Keep inductor's compile caches (FX graphs, kernels) in DIR, for this run's workers too, so "
-                         "a second run reuses them (default: TORCHINDUCTOR_CACHE_DIR, else inductor's own temporary "
-                         "directory; ini: fullgraph_cache_dir)")
-    group.addoption("--fullgraph-breaks", dest="fullgraph_breaks", metavar="MODE", default=None,
-                    help="'all': a check that breaks runs once more without fullgraph to record every break "
-                         "(default); 'first': record only the first break, faster (ini: fullgraph_breaks)")
-    group.addoption("--fullgraph-dtype", dest="fullgraph_dtype", metavar="DTYPES", default=None,
-                    help=f"Comma list of dtypes to run every check in, of {', '.join(DTYPES)} (default: float32; "
-                         "ini: fullgraph_dtype)")
-    group.addoption("--fullgraph-device", dest="fullgraph_device", metavar="DEVICE", default=None,
-                    help=f"Where models and inputs live, a torch device available here: {', '.join(DEVICE_TYPES)}, "
-                         "optionally with an index (cuda:1); the cudagraphs levels need cuda "
-                         f"(default: {DEFAULT_DEVICE}; ini: fullgraph_device)")
-    group.addoption("--fullgraph-attn", dest="fullgraph_attn", metavar="IMPLEMENTATION", default=None,
-                    help=f"Set every model's attn_implementation to one of {', '.join(ATTN_IMPLEMENTATIONS)}; a model "
-                         "that cannot use it is a skip saying why (default: each model's own; ini: fullgraph_attn)")
-    group.addoption("--fullgraph-suite", dest="fullgraph_suite", metavar="MODE", default=None,
-                    help="When to collect the built-in conformance suite: 'auto' (default) when models are "
-                         "selected and no test paths are given, 'on' always, 'off' never (ini: fullgraph_suite)")
-    parser.addini("fullgraph_models", "Default for --fullgraph-models", default=None)
-    parser.addini("fullgraph_pretrained", "Default for --fullgraph-pretrained", default=None)
-    parser.addini("fullgraph_exclude", "Default for --fullgraph-exclude", default=None)
-    parser.addini("fullgraph_scenarios", "Default for --fullgraph-scenarios", default=None)
-    parser.addini("fullgraph_shard", "Default for --fullgraph-shard", default=None)
-    parser.addini("fullgraph_shard_costs", "Default for --fullgraph-shard-costs", default=None)
-    parser.addini("fullgraph_timeout", "Default for --fullgraph-timeout", default=None)
-    parser.addini("fullgraph_suite", "Default for --fullgraph-suite", default=None)
-    parser.addini("fullgraph_dtype", "Default for --fullgraph-dtype", default=None)
-    parser.addini("fullgraph_device", "Default for --fullgraph-device", default=None)
-    parser.addini("fullgraph_attn", "Default for --fullgraph-attn", default=None)
-    parser.addini("fullgraph_backend", "Default for --fullgraph-backend", default=None)
-    parser.addini("fullgraph_max_new_tokens", "Default for --fullgraph-max-new-tokens", default=None)
-    parser.addini("fullgraph_artifact_runtime", "Default for --fullgraph-artifact-runtime", default=None)
-    parser.addini("fullgraph_cache_dir", "Default for --fullgraph-cache-dir", default=None)
-    parser.addini("fullgraph_breaks", "Default for --fullgraph-breaks", default=None)
-    parser.addini("fullgraph_report", "Default for --fullgraph-report", default=None)
-    parser.addini("fullgraph_artifacts", "Default for --fullgraph-artifacts", default=None)
-    parser.addini("fullgraph_strict", "Default for --fullgraph-strict", type="bool", default=False)
-    parser.addini("fullgraph_run_slow", "Default for --run-slow, below the RUN_SLOW variable",
-                  type="bool", default=False)
+# --- the table --------------------------------------------------------------------------------------------------
 
 
-def parse_bool(value: str, source: str) -> bool:
-    """Parse like transformers' RUN_SLOW (strtobool): yes/no, true/false, on/off, 1/0, y/n, t/f, any case."""
-    lowered = value.strip().lower()
-    if lowered in _TRUE:
-        return True
-    if lowered in _FALSE:
-        return False
-    raise pytest.UsageError(f"{source}={value!r} is not a boolean; use one of {', '.join(_TRUE + _FALSE)} "
-                            "(any case)")
+@dataclass(frozen=True)
+class Option:
+    """One fullgraph option: its flag, its ini key (= ``dest``), and how its text becomes a value.
 
-
-def parse_positive_int(value: str, source: str) -> int:
-    try:
-        number = int(str(value).strip())
-    except ValueError:
-        number = 0
-    if number <= 0:
-        raise pytest.UsageError(f"{source}={value!r} is not a positive integer")
-    return number
-
-
-def parse_seconds(value: str, source: str) -> float:
-    """A non-negative number of seconds (0: no limit)."""
-    try:
-        seconds = float(str(value).strip())
-    except ValueError:
-        seconds = -1.0
-    if not seconds >= 0 or seconds == float("inf"):  # also rejects nan
-        raise pytest.UsageError(f"{source}={value!r} is not a number of seconds; use a number >= 0 (0: no limit)")
-    return seconds
-
-
-def parse_choice(value: str, source: str, choices: tuple[str, ...], what: str) -> str:
-    chosen = value.strip()
-    if chosen not in choices:
-        raise pytest.UsageError(f"{source}={value!r} is not {what}; use one of {', '.join(choices)}")
-    return chosen
-
-
-def parse_choices(value: str, source: str, choices: tuple[str, ...], what: str) -> tuple[str, ...]:
-    """A comma list of choices, in the order given, duplicates dropped; every bad entry is named."""
-    chosen = [part.strip() for part in value.split(",") if part.strip()]
-    bad = [part for part in chosen if part not in choices]
-    if bad or not chosen:
-        raise pytest.UsageError(f"{source}={value!r}: {', '.join(map(repr, bad)) or 'nothing'} is not {what}; "
-                                f"use a comma list of {', '.join(choices)}")
-    return tuple(dict.fromkeys(chosen))
-
-
-def parse_device(value: str, source: str) -> str:
-    """A torch device of a type in ``DEVICE_TYPES`` that this machine has, as torch spells it ("cuda:1")."""
-    import torch
-
-    text = value.strip()
-    try:
-        device = torch.device(text)
-    except (RuntimeError, ValueError):
-        device = None
-    if device is None or device.type not in DEVICE_TYPES:
-        raise pytest.UsageError(f"{source}={value!r} is not a device; use one of {', '.join(DEVICE_TYPES)}, "
-                                "optionally with an index (cuda:1)")
-    if device.type != "cpu":
-        backend = getattr(torch, device.type)
-        if not backend.is_available():
-            raise pytest.UsageError(f"{source}={value!r}: torch.{device.type}.is_available() is False on this "
-                                    f"machine (torch {torch.__version__}); use cpu")
-        if device.index is not None and device.index >= backend.device_count():
-            raise pytest.UsageError(f"{source}={value!r}: this machine has {backend.device_count()} "
-                                    f"{device.type} device(s), indices 0..{backend.device_count() - 1}")
-    return str(device)
-
-
-def _pick(config: pytest.Config, name: str) -> tuple[str | None, str]:
-    """Value and its source, command line first, then ini; ``None`` when neither is set.
-
-    Every option's ``dest`` equals its ini key, so one name finds both.
+    ``default`` is the value when neither the command line, ``env`` nor the ini sets it (``slow_default`` in
+    the slow tier); ``field`` is the ``Settings`` attribute the value fills as is ("" when ``resolve_settings``
+    combines it with others); ``action="store_true"`` makes a flag whose ini key is a bool.
     """
-    cli = config.getoption(name)
+
+    dest: str
+    flag: str
+    help: str
+    parse: Callable[[str, str], Any]
+    metavar: str | None = None
+    default: Any = None
+    slow_default: Any = None
+    field: str = ""
+    action: str | None = None
+    env: str | None = None
+
+    @property
+    def ini_type(self) -> Literal["bool"] | None:
+        return "bool" if self.action == "store_true" else None
+
+    @property
+    def ini_help(self) -> str:
+        return f"Default for {self.flag}" + (f", below the {self.env} variable" if self.env else "")
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("fullgraph_models", "--fullgraph-models", metavar="NAMES", parse=parse_text, default=DEFAULT_MODELS,
+           help="Comma list of models to check: registered names, 'all', 'popular', glob patterns (qwen*) and tags "
+                "(tag:moe); python -m pytest_fullgraph models lists them "
+                f"(default: {DEFAULT_MODELS}; ini: fullgraph_models)"),
+    Option("fullgraph_pretrained", "--fullgraph-pretrained", metavar="NAME=DIR", parse=parse_pretrained, default={},
+           help="Comma list of NAME=DIR: check the causal LM saved in each local directory (loaded with "
+                "from_pretrained, offline) as model NAME, beside the models selected (without --fullgraph-models, "
+                "only these; ini: fullgraph_pretrained)"),
+    Option("fullgraph_scenarios", "--fullgraph-scenarios", metavar="NAMES", parse=parse_scenarios, field="scenarios",
+           default=BASIC,
+           help="Comma list of scenarios (generation features) every model runs: names, 'all', 'basic' and glob "
+                "patterns (top_*); python -m pytest_fullgraph scenarios lists them "
+                "(default: basic, i.e. greedy, sample, eos, padded; ini: fullgraph_scenarios)"),
+    Option("fullgraph_exclude", "--fullgraph-exclude", metavar="NAMES", parse=parse_text,
+           help="Comma list of models to leave out of the selection, in the same forms (ini: fullgraph_exclude)"),
+    Option("fullgraph_shard", "--fullgraph-shard", metavar="I/N", parse=parse_shard,
+           help="Run only part I of N of the selected models (1 <= I <= N); N jobs with I = 1..N run every model "
+                "once, e.g. one CI matrix job each (ini: fullgraph_shard)"),
+    Option("fullgraph_shard_costs", "--fullgraph-shard-costs", metavar="REPORT.json", parse=parse_text,
+           help="Balance the shards by each model's check time in this earlier report, instead of an even split "
+                "by count (ini: fullgraph_shard_costs)"),
+    Option("fullgraph_timeout", "--fullgraph-timeout", metavar="SECONDS", parse=parse_seconds, field="timeout",
+           default=DEFAULT_TIMEOUT,
+           help="A check running longer is stopped and recorded as an error; 0 turns the limit off "
+                f"(default: {DEFAULT_TIMEOUT:g}; ini: fullgraph_timeout)"),
+    Option("fullgraph_backend", "--fullgraph-backend", metavar="BACKEND", parse=Choice(BACKENDS, "a known backend"),
+           field="backend", default=FAST_BACKEND, slow_default=SLOW_BACKEND,
+           help=f"torch.compile backend, one of {', '.join(BACKENDS)} (default: {FAST_BACKEND}, {SLOW_BACKEND} with "
+                "--run-slow; ini: fullgraph_backend)"),
+    Option("fullgraph_max_new_tokens", "--fullgraph-max-new-tokens", metavar="N", parse=parse_positive_int,
+           field="max_new_tokens", default=FAST_MAX_NEW_TOKENS, slow_default=SLOW_MAX_NEW_TOKENS,
+           help=f"Tokens to generate per check, a positive integer (default: {FAST_MAX_NEW_TOKENS}, "
+                f"{SLOW_MAX_NEW_TOKENS} with --run-slow; ini: fullgraph_max_new_tokens)"),
+    Option("fullgraph_strict", "--fullgraph-strict", action="store_true", parse=parse_bool, field="strict",
+           default=False,
+           help="Fail checks that hit a graph break instead of marking them xfail (ini: fullgraph_strict)"),
+    Option("fullgraph_run_slow", "--run-slow", action="store_true", parse=parse_bool, field="run_slow",
+           default=False, env=RUN_SLOW_ENV,
+           help=f"Run the slow tier: slow-marked tests, {SLOW_BACKEND} and longer generations (else env "
+                f"{RUN_SLOW_ENV}, else ini: fullgraph_run_slow)"),
+    Option("fullgraph_report", "--fullgraph-report", metavar="DIR", parse=parse_directory, field="report_dir",
+           help="Write fullgraph-report.json and fullgraph-report.md into DIR (ini: fullgraph_report)"),
+    Option("fullgraph_artifacts", "--fullgraph-artifacts", metavar="DIR", parse=parse_absolute_directory,
+           field="artifacts_dir",
+           help="Save each passing export check's program into DIR as <check id>.pt2 with its metadata, loadable "
+                "with pytest_fullgraph.load_generate (ini: fullgraph_artifacts)"),
+    Option("fullgraph_artifact_runtime", "--fullgraph-artifact-runtime", metavar="RUNTIME",
+           parse=Choice(RUNTIMES, "an artifact runtime"), field="artifact_runtime", default="pt2",
+           help=f"How --fullgraph-artifacts saves programs: {', '.join(RUNTIMES)} (default: pt2; aoti builds an "
+                "AOTInductor package per program, tens of seconds each; ini: fullgraph_artifact_runtime)"),
+    Option("fullgraph_cache_dir", "--fullgraph-cache-dir", metavar="DIR", parse=parse_absolute_directory,
+           field="cache_dir",
+           help="Keep inductor's compile caches (FX graphs, kernels) in DIR, for this run's workers too, so a "
+                "second run reuses them (default: TORCHINDUCTOR_CACHE_DIR, else inductor's own temporary "
+                "directory; ini: fullgraph_cache_dir)"),
+    Option("fullgraph_breaks", "--fullgraph-breaks", metavar="MODE", parse=Choice(BREAK_MODES, "a break mode"),
+           field="breaks", default="all",
+           help="'all': a check that breaks runs once more without fullgraph to record every break (default); "
+                "'first': record only the first break, faster (ini: fullgraph_breaks)"),
+    Option("fullgraph_dtype", "--fullgraph-dtype", metavar="DTYPES", parse=Choice(DTYPES, "a dtype", many=True),
+           field="dtypes", default=("float32",),
+           help=f"Comma list of dtypes to run every check in, of {', '.join(DTYPES)} (default: float32; "
+                "ini: fullgraph_dtype)"),
+    Option("fullgraph_device", "--fullgraph-device", metavar="DEVICE", parse=parse_device, field="device",
+           default=DEFAULT_DEVICE,
+           help=f"Where models and inputs live, a torch device available here: {', '.join(DEVICE_TYPES)}, "
+                "optionally with an index (cuda:1); the cudagraphs levels need cuda "
+                f"(default: {DEFAULT_DEVICE}; ini: fullgraph_device)"),
+    Option("fullgraph_attn", "--fullgraph-attn", metavar="IMPLEMENTATION", field="attn_implementation",
+           parse=Choice(ATTN_IMPLEMENTATIONS, "an attention implementation"),
+           help=f"Set every model's attn_implementation to one of {', '.join(ATTN_IMPLEMENTATIONS)}; a model that "
+                "cannot use it is a skip saying why (default: each model's own; ini: fullgraph_attn)"),
+    Option("fullgraph_suite", "--fullgraph-suite", metavar="MODE", parse=Choice(SUITE_MODES, "a suite mode"),
+           field="suite", default="auto",
+           help="When to collect the built-in conformance suite: 'auto' (default) when models are selected and "
+                "no test paths are given, 'on' always, 'off' never (ini: fullgraph_suite)"),
+)
+OPTION = {option.dest: option for option in OPTIONS}
+
+
+def add_options(parser: pytest.Parser) -> None:
+    """Declare every option of the table on the command line and in the ini file.
+
+    The command line default is None, so "not given" is told apart from a value and the ini (or the
+    environment) can supply it.
+    """
+    group = parser.getgroup("fullgraph", "fullgraph generate-compile conformance")
+    for option in OPTIONS:
+        shape = {"action": option.action} if option.action else {"metavar": option.metavar}
+        group.addoption(option.flag, dest=option.dest, default=None, help=option.help, **shape)
+        parser.addini(option.dest, option.ini_help, type=option.ini_type,
+                      default=False if option.ini_type == "bool" else None)
+
+
+# --- reading and resolving ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """An option's parsed value and where it was set; ``source`` is "" when the value is the default."""
+
+    value: Any
+    source: str = ""
+
+
+def _raw(config: pytest.Config, option: Option) -> tuple[str | None, str]:
+    """The option's text and its source: command line, then environment, then ini (as pytest-timeout does)."""
+    cli = config.getoption(option.dest)
     if cli is not None:
-        return str(cli), f"--{name.replace('_', '-')}"
-    ini_value = config.getini(name)
-    if ini_value not in (None, "", []):
-        return str(ini_value), f"ini {name}"
+        return str(cli), option.flag
+    env_value = os.environ.get(option.env) if option.env else None
+    if env_value is not None and env_value.strip():
+        return env_value, f"environment variable {option.env}"
+    ini_value = config.getini(option.dest)
+    if ini_value:  # an empty or absent key, or a bool key left false, sets nothing
+        return str(ini_value), f"ini {option.dest}"
     return None, ""
 
 
-def resolve_run_slow(config: pytest.Config) -> bool:
-    """CLI > environment > ini, as pytest-timeout resolves its settings."""
-    if config.getoption("fullgraph_run_slow"):
-        return True
-    env_value = os.environ.get(RUN_SLOW_ENV)
-    if env_value is not None and env_value.strip() != "":
-        return parse_bool(env_value, f"environment variable {RUN_SLOW_ENV}")
-    return bool(config.getini("fullgraph_run_slow"))
+def _read(config: pytest.Config, option: Option, run_slow: bool) -> Chosen:
+    """The option's parsed value; unset, its default (the slow tier's, where it has one)."""
+    raw, source = _raw(config, option)
+    if raw is not None:
+        return Chosen(option.parse(raw, source), source)
+    return Chosen(option.slow_default if run_slow and option.slow_default is not None else option.default)
 
 
-def resolve_settings(config: pytest.Config, registry: Registry) -> Settings:
-    """Validate every fullgraph option; any bad value is a ``pytest.UsageError`` naming it."""
-    run_slow = resolve_run_slow(config)
+def read_options(config: pytest.Config) -> dict[str, Chosen]:
+    """Every option parsed, by ``dest``; a bad value is a ``pytest.UsageError`` naming where it was set.
 
-    pretrained_value, pretrained_source = _pick(config, "fullgraph_pretrained")
-    pretrained: tuple[str, ...] = ()
-    if pretrained_value is not None:
-        try:
-            pretrained = register_pretrained(registry, pretrained_value, pretrained_source)
-        except ValueError as error:
-            raise pytest.UsageError(str(error)) from None
-    models_value, models_source = _pick(config, "fullgraph_models")
-    exclude_value, exclude_source = _pick(config, "fullgraph_exclude")
-    if exclude_value is not None:
-        try:
-            registry.select(exclude_value)  # its bad entries are named with its own source
-        except ValueError as error:
-            raise pytest.UsageError(f"{exclude_source}: {error}") from None
-    try:
-        if models_value is None and pretrained:
-            models = pretrained  # checkpoints alone: the tiny defaults are not what was asked for
-        else:
-            models = registry.select(models_value if models_value is not None else DEFAULT_MODELS,
-                                     exclude_value or "")
-    except ValueError as error:
-        raise pytest.UsageError(f"{models_source or '--fullgraph-models'}: {error}") from None
-    models = tuple(sorted(set(models) | set(pretrained)))
+    Reads only the command line, the environment and the ini, so every xdist worker reads the same.
+    """
+    run_slow = bool(_read(config, OPTION["fullgraph_run_slow"], run_slow=False).value)
+    return {option.dest: _read(config, option, run_slow) for option in OPTIONS}
 
-    shard, shard_source = resolve_shard(config)
+
+def resolve_settings(chosen: Mapping[str, Chosen], registry: Registry,
+                     costs: Mapping[str, float] | None = None) -> Settings:
+    """The run's settings from ``read_options``'s values; no side effects.
+
+    ``registry`` already holds the ``--fullgraph-pretrained`` checkpoints and ``costs`` comes from
+    ``read_shard_costs``: ``pytest_configure`` does both first, so the selection can name the checkpoints and
+    every worker picks the same sorted models and shard.
+    """
+    models = select_models(chosen, registry)
+    shard: Shard | None = chosen["fullgraph_shard"].value
     if shard is not None:
         try:
-            models = select_shard(models, shard, resolve_shard_costs(config))
+            models = select_shard(models, shard, costs)
         except ValueError as error:
-            raise pytest.UsageError(f"{shard_source}: {error}") from None
+            raise pytest.UsageError(f"{chosen['fullgraph_shard'].source}: {error}") from None
+    given = {option.field: chosen[option.dest].value for option in OPTIONS if option.field}
+    selected = bool(chosen["fullgraph_models"].source or chosen["fullgraph_pretrained"].value)
+    return Settings(models=models, models_selected=selected, shard=shard.label if shard else None, **given)
 
-    backend_value, backend_source = _pick(config, "fullgraph_backend")
-    if backend_value is None:
-        backend = SLOW_BACKEND if run_slow else FAST_BACKEND
-    else:
-        backend = parse_choice(backend_value, backend_source, BACKENDS, "a known backend")
 
-    tokens_value, tokens_source = _pick(config, "fullgraph_max_new_tokens")
-    max_new_tokens = parse_positive_int(tokens_value, tokens_source) if tokens_value is not None else (
-        SLOW_MAX_NEW_TOKENS if run_slow else FAST_MAX_NEW_TOKENS)
+def select_models(chosen: Mapping[str, Chosen], registry: Registry) -> tuple[str, ...]:
+    """``--fullgraph-models`` less ``--fullgraph-exclude``, with every checkpoint, sorted.
 
-    strict = bool(config.getoption("fullgraph_strict")) or bool(config.getini("fullgraph_strict"))
-    report_value, _ = _pick(config, "fullgraph_report")
-    report_dir = Path(report_value) if report_value else None
-    artifacts_value, _ = _pick(config, "fullgraph_artifacts")
-    artifacts_dir = Path(artifacts_value).resolve() if artifacts_value else None
-    cache_value, _ = _pick(config, "fullgraph_cache_dir")
-    cache_dir = Path(cache_value).expanduser().resolve() if cache_value else None
-    runtime_value, runtime_source = _pick(config, "fullgraph_artifact_runtime")
-    artifact_runtime = "pt2" if runtime_value is None else parse_choice(runtime_value, runtime_source,
-                                                                         tuple(RUNTIMES), "an artifact runtime")
-    breaks_value, breaks_source = _pick(config, "fullgraph_breaks")
-    breaks = "all" if breaks_value is None else parse_choice(breaks_value, breaks_source, BREAK_MODES,
-                                                              "a break mode")
-    dtype_value, dtype_source = _pick(config, "fullgraph_dtype")
-    dtypes = ("float32",) if dtype_value is None else parse_choices(dtype_value, dtype_source, DTYPES, "a dtype")
-    suite_value, suite_source = _pick(config, "fullgraph_suite")
-    suite = "auto" if suite_value is None else parse_choice(suite_value, suite_source, SUITE_MODES, "a suite mode")
-    timeout_value, timeout_source = _pick(config, "fullgraph_timeout")
-    timeout = DEFAULT_TIMEOUT if timeout_value is None else parse_seconds(timeout_value, timeout_source)
-    scenarios_value, scenarios_source = _pick(config, "fullgraph_scenarios")
+    Checkpoints alone replace the default selection: the tiny defaults are not what was asked for.
+    """
+    models, exclude = chosen["fullgraph_models"], chosen["fullgraph_exclude"]
+    pretrained = tuple(chosen["fullgraph_pretrained"].value)
+    if exclude.value is not None:
+        try:
+            registry.select(exclude.value)  # its bad entries are named with its own source
+        except ValueError as error:
+            raise pytest.UsageError(f"{exclude.source}: {error}") from None
+    if not models.source and pretrained:
+        return tuple(sorted(pretrained))
     try:
-        scenarios = BASIC if scenarios_value is None else select_scenarios(scenarios_value)
+        selected = registry.select(models.value, exclude.value or "")
     except ValueError as error:
-        raise pytest.UsageError(f"{scenarios_source}: {error}") from None
-    attn_value, attn_source = _pick(config, "fullgraph_attn")
-    attn = None if attn_value is None else parse_choice(attn_value, attn_source, ATTN_IMPLEMENTATIONS,
-                                                        "an attention implementation")
-    device_value, device_source = _pick(config, "fullgraph_device")
-    device = DEFAULT_DEVICE if device_value is None else parse_device(device_value, device_source)
-    return Settings(models=models, backend=backend, max_new_tokens=max_new_tokens, run_slow=run_slow,
-                    strict=strict, report_dir=report_dir, breaks=breaks, suite=suite,
-                    models_selected=models_value is not None or bool(pretrained), dtypes=dtypes, timeout=timeout,
-                    artifacts_dir=artifacts_dir, artifact_runtime=artifact_runtime, cache_dir=cache_dir,
-                    shard=shard.label if shard else None, device=device, scenarios=scenarios,
-                    attn_implementation=attn)
+        raise pytest.UsageError(f"{models.source or OPTION['fullgraph_models'].flag}: {error}") from None
+    return tuple(sorted(set(selected) | set(pretrained)))
 
 
-def resolve_shard(config: pytest.Config) -> tuple[Shard | None, str]:
-    """This run's shard and where it was set; (None, "") when unsharded."""
-    value, source = _pick(config, "fullgraph_shard")
-    if value is None:
-        return None, ""
+# --- the two steps with effects, which pytest_configure runs between reading and resolving ----------------------
+
+
+def register_checkpoints(registry: Registry, chosen: Mapping[str, Chosen]) -> tuple[str, ...]:
+    """Register each ``--fullgraph-pretrained`` directory (its config is read now) as a model; the names."""
+    pretrained = chosen["fullgraph_pretrained"]
     try:
-        return parse_shard(value, source), source
+        return register_directories(registry, pretrained.value, pretrained.source)
     except ValueError as error:
         raise pytest.UsageError(str(error)) from None
 
 
-def resolve_shard_costs(config: pytest.Config) -> dict[str, float] | None:
-    """Seconds per model from the report ``--fullgraph-shard-costs`` names; a bad file is a usage error."""
-    value, source = _pick(config, "fullgraph_shard_costs")
-    if value is None:
+def read_shard_costs(chosen: Mapping[str, Chosen]) -> dict[str, float] | None:
+    """Seconds per model from the ``--fullgraph-shard-costs`` report, read only when the run is sharded."""
+    costs = chosen["fullgraph_shard_costs"]
+    if costs.value is None or chosen["fullgraph_shard"].value is None:
         return None
     try:
-        return model_costs(load_report(value))
+        return model_costs(load_report(costs.value))
     except ReportError as error:
-        raise pytest.UsageError(f"{source}: {error}") from None
+        raise pytest.UsageError(f"{costs.source}: {error}") from None

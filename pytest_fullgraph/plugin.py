@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import os
 from collections.abc import Callable, Generator
 from pathlib import Path
@@ -10,12 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_fullgraph import breaks, hookspecs, models, options, report
-from pytest_fullgraph.levels import builtin_levels
-from pytest_fullgraph.report.schema import git_revision
-from pytest_fullgraph.results import DEFAULT_DTYPE, CheckResult
+from pytest_fullgraph import compile_events, hookspecs, models, options, report
+from pytest_fullgraph.builtin_levels import builtin_levels
+from pytest_fullgraph.environment import git_revision
+from pytest_fullgraph.model_cache import BuildFailed, Built, Unavailable
+from pytest_fullgraph.results import BREAK, DEFAULT_DTYPE, PASS, SKIP, CheckResult
 from pytest_fullgraph.scenarios import BASIC
-from pytest_fullgraph.session import REPORT_ATTRIBUTE, RESULTS_KEY, FullgraphSession, KnownLimitation
+from pytest_fullgraph.session import REPORT_ATTRIBUTE, RESULTS_KEY, FullgraphSession
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -50,14 +52,17 @@ def pytest_configure(config: pytest.Config) -> None:
     config.hook.pytest_fullgraph_register_models(registry=registry)
     levels = builtin_levels()
     config.hook.pytest_fullgraph_register_levels(levels=levels)
-    settings = options.resolve_settings(config, registry)
+    chosen = options.read_options(config)
+    # the two effects of the options, before the selection: every worker reads the same checkpoints and costs
+    options.register_checkpoints(registry, chosen)
+    settings = options.resolve_settings(chosen, registry, options.read_shard_costs(chosen))
     if settings.cache_dir is not None:
         # inductor reads the variable when it first needs its cache; xdist workers, started later, inherit it
         previous = os.environ.get(INDUCTOR_CACHE_ENV)
         os.environ[INDUCTOR_CACHE_ENV] = str(settings.cache_dir)
         config.add_cleanup(lambda: _restore_environment(INDUCTOR_CACHE_ENV, previous))
     session = FullgraphSession(settings, registry, levels, is_worker=hasattr(config, "workerinput"))
-    session.restore_trace_logger = breaks.silence_structured_trace()
+    session.restore_trace_logger = compile_events.silence_structured_trace()
     if not session.is_worker:
         git_revision()  # now, before the checks: the report names the commit that ran
     _collect_the_suite(config, settings)
@@ -157,6 +162,20 @@ def _axes(session: FullgraphSession) -> dict[str, tuple[str, ...]]:
             "fullgraph_level": session.collected_levels(), "fullgraph_dtype": session.settings.dtypes}
 
 
+def check_of_test_id(nodeid: str, session: FullgraphSession) -> tuple[str, str, str, str] | None:
+    """The check (model, scenario, level, dtype) a test id of ``pytest_generate_tests`` names, or None.
+
+    The controller does not collect items under xdist, so a crashed test's check is read back from its id, whose
+    parameters are the axes' values joined by "-"; names may hold "-" too, so the id is matched, not split.
+    """
+    parameters = nodeid.rpartition("[")[2].rstrip("]") if nodeid.endswith("]") else ""
+    for check in itertools.product(*_axes(session).values()):
+        if parameters == "-".join(check):
+            model, scenario, level, dtype = check
+            return model, scenario, level, dtype
+    return None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.stash[SESSION_KEY].settings.run_slow:
         return
@@ -205,7 +224,7 @@ class _ControllerHooks:
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
         """xdist names the test a dead worker was running; a check among them is recorded as ``error``."""
         self.session.record_crash(crashitem, _worker_id(getattr(report, "node", None)),
-                                  tuple(_axes(self.session).values()))
+                                  check_of_test_id(crashitem, self.session))
 
     def pytest_plugin_registered(self, plugin: object, manager: pytest.PytestPluginManager) -> None:
         """A conftest loaded during collection cannot add models or levels any more: say so, not "unknown"."""
@@ -235,13 +254,13 @@ class _ControllerHooks:
         }
         if self.session.is_worker or self.session.settings.report_dir is None:
             return
-        self.session.written = report.write(self.session.build_report(), self.session.settings.report_dir)
+        self.session.written = report.write(self.session.finish_report(), self.session.settings.report_dir)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.session.is_worker or not (self.session.results or self.session.crashed_workers):
             return
         terminalreporter.section("fullgraph")
-        for line in report.terminal_lines(self.session.build_report()):
+        for line in report.terminal_lines(self.session.finish_report()):
             terminalreporter.write_line(line)
         for path in self.session.written:
             terminalreporter.write_line(f"fullgraph report: {path}")
@@ -262,12 +281,13 @@ def fullgraph_model(request: pytest.FixtureRequest, fullgraph_model_name: str) -
     (float32 otherwise); a build failure errors this test only."""
     callspec = getattr(request.node, "callspec", None)
     dtype = callspec.params.get("fullgraph_dtype", DEFAULT_DTYPE) if callspec else DEFAULT_DTYPE
-    built = request.config.stash[SESSION_KEY].model(fullgraph_model_name, dtype)
-    if isinstance(built, KnownLimitation):
-        pytest.skip(f"{fullgraph_model_name}: skipped: {built}")
-    if isinstance(built, BaseException):
-        raise RuntimeError(f"model {fullgraph_model_name!r} failed to build") from built
-    return built
+    entry = request.config.stash[SESSION_KEY].model(fullgraph_model_name, dtype)
+    if isinstance(entry, Unavailable):
+        pytest.skip(f"{fullgraph_model_name}: skipped: {entry.reason}")
+    if isinstance(entry, BuildFailed):
+        raise RuntimeError(f"model {fullgraph_model_name!r} failed to build") from entry.error
+    assert isinstance(entry, Built)
+    return entry.model
 
 
 @pytest.fixture
@@ -291,7 +311,19 @@ def fullgraph_check(request: pytest.FixtureRequest) -> Callable[..., CheckResult
                             ("first_break", first.summary() if first else "")):
             request.node.user_properties.append((name, value))
         if verdict:
-            fullgraph_session.apply_verdict(result)
+            apply_verdict(result, strict=fullgraph_session.settings.strict)
         return result
 
     return run
+
+
+def apply_verdict(result: CheckResult, *, strict: bool) -> None:
+    """pass → pass; skip (a known limitation, a dtype without kernels) → skip; break → xfail (fail when strict);
+    mismatch, error, nondeterministic → fail."""
+    if result.outcome == PASS:
+        return
+    if result.outcome == SKIP:
+        pytest.skip(f"{result.model}: {result.message}")
+    if not strict and result.outcome == BREAK:
+        pytest.xfail(f"graph break: {result.message}")
+    pytest.fail(f"{result.outcome}: {result.message}", pytrace=False)

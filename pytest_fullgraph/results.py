@@ -7,6 +7,7 @@ Plain dataclasses of JSON builtins, so xdist can ship them and report files can 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from typing import Any
 
 SCHEMA = "pytest_fullgraph/report"
@@ -52,6 +53,29 @@ DEFAULT_DTYPE = "float32"
 ROUNDING, DIVERGENCE = "rounding", "divergence"
 #: Outcomes that fail a test whatever the strictness (a break is xfail unless strict).
 FAILING_OUTCOMES = (MISMATCH, ERROR, NONDETERMINISTIC)
+
+
+class Stage(Enum):
+    """The phases of a check, in the order it goes through them; ``CheckResult.stage`` names the last one reached,
+    so an error says where it happened and the flag audit can tell a model's eager failure from a compile's."""
+
+    BUILD = "build"
+    EAGER = "eager generation"
+    #: the level's own loop run eagerly; its label names the loop
+    OWN_LOOP = "eager generation by"
+    COMPILED = "compiled generation"
+
+    def label(self, own_loop: str | None = None) -> str:
+        """How reports spell the stage: ``eager generation by fullgraph_generate(loop='while')``."""
+        return f"{self.value} {own_loop or 'the level'}" if self is Stage.OWN_LOOP else self.value
+
+    @classmethod
+    def of(cls, label: str) -> Stage | None:
+        """The stage a report's label names; None for "" (a check that never started) or an unknown label."""
+        for stage in (cls.BUILD, cls.EAGER, cls.COMPILED):
+            if label == stage.value:
+                return stage
+        return cls.OWN_LOOP if label.startswith(cls.OWN_LOOP.value + " ") else None
 
 
 def outcome_rank(outcome: str) -> int:
@@ -228,8 +252,8 @@ class CheckResult:
     model_class: str = ""
     parameters: int | None = None
     can_compile_fullgraph: bool | None = None
-    #: the last stage the check reached: "build", "eager generation", "eager generation by <the level's loop>"
-    #: or "compiled generation"; where an error happened, so a model's eager failure is not read as a compile's
+    #: the last stage the check reached, as ``Stage.label`` spells it; where an error happened, so a model's eager
+    #: failure is not read as a compile's
     stage: str = ""
     #: the saved artifact (``--fullgraph-artifacts``: a passing export check's program), "" when none
     artifact: str = ""

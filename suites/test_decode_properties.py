@@ -4,7 +4,9 @@ rules and penalties).
 
 Our loop (either form, unrolled or while_loop) run eagerly must equal ``model.generate``, and compiled with
 ``fullgraph=True`` must equal eager.
-The default profile keeps to about 20 examples per model; the slow tier runs more.
+The default profile keeps to 20 examples per model; the slow tier runs more. They are drawn in ``PARTS`` tests of
+their own seed each, so that xdist spreads one model's examples over its workers instead of one worker running
+them all at the end of the run.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 from transformers import GenerationConfig, PreTrainedModel
 
@@ -21,18 +23,22 @@ from pytest_fullgraph.breaks import compile_failure_types
 from pytest_fullgraph.compare import static_cache_verdict
 from pytest_fullgraph.decode import LOOPS, UnsupportedGeneration, fullgraph_generate
 from pytest_fullgraph.generation import generate_fn
+from pytest_fullgraph.inputs import left_padded_prompts, model_generation_defaults
+from pytest_fullgraph.modeling import moved_to, vocab_size
 from pytest_fullgraph.models import tiny
 from pytest_fullgraph.options import Settings
 from pytest_fullgraph.results import first_line
-from pytest_fullgraph.scenarios import left_padded_prompts, model_generation_defaults, moved_to, vocab_size
 
 FAST_EXAMPLES = 20
 SLOW_EXAMPLES = 100
+#: Tests each model's examples are split into, each drawing its share from its own seed.
+PARTS = 4
 PROPERTY_BACKEND = "aot_eager"
 
 
 def examples(run_slow: bool) -> int:
-    return SLOW_EXAMPLES if run_slow else FAST_EXAMPLES
+    """Examples one part draws: the tier's examples per model, shared out over the parts."""
+    return (SLOW_EXAMPLES if run_slow else FAST_EXAMPLES) // PARTS
 
 
 @st.composite
@@ -128,14 +134,16 @@ def model_does_not_compile(model: PreTrainedModel, loop: str) -> str | None:
     return None
 
 
+@pytest.mark.parametrize("part", range(PARTS), ids=[f"part{part + 1}of{PARTS}" for part in range(PARTS)])
 def test_fullgraph_generate_matches_generate_and_compiles_exactly(fullgraph_model: PreTrainedModel,
-                                                                  fullgraph_settings: Settings) -> None:
+                                                                  fullgraph_settings: Settings, part: int) -> None:
     model = fullgraph_model
     loops = supported_loops(model)
     compile_failure: list[str] = []  # set once the model itself is found not to compile
 
-    @settings(max_examples=examples(fullgraph_settings.run_slow), deadline=None, derandomize=True,
+    @settings(max_examples=examples(fullgraph_settings.run_slow), deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @seed(part)  # reproducible, and each part draws other examples
     @given(case=generation_cases(vocab_size(model), loops))
     def check(case: dict[str, Any]) -> None:
         ids, mask, config, seed = case["input_ids"], case["attention_mask"], case["config"], case["seed"]

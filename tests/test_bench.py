@@ -62,16 +62,6 @@ def test_the_exactness_column_names_the_variants_that_differ(generation: ModuleT
     assert generation._exactness({"dynamic": {"error": "x"}}) == "- (generate failed)"
 
 
-def test_the_release_table_groups_one_change_over_many_checks_into_one_line() -> None:
-    releases = _bench_module("releases")
-    lines = ["IMPROVED llama-greedy-generate-float32: break site gone utils.py:2105 (copy.deepcopy())",
-             "IMPROVED gemma-eos-generate-float32: break site gone utils.py:2105 (copy.deepcopy())",
-             "REGRESSION gemma-eos-while-float32: pass -> break: Unsupported at x.py:1"]
-    assert releases.grouped_changes(lines) == [
-        "IMPROVED break site gone utils.py:2105 (copy.deepcopy()): 2 check(s) of gemma, llama",
-        "REGRESSION pass -> break: Unsupported at x.py:1: 1 check(s) of gemma"]
-
-
 def test_the_release_table_takes_its_models_out_of_a_larger_report(tmp_path: Path) -> None:
     from pytest_fullgraph import CheckResult
     from pytest_fullgraph.report import Report, load, write

@@ -11,8 +11,9 @@ from torch._dynamo import graph_break_hints
 from torch._dynamo.exc import get_gbid_documentation_link
 
 from pytest_fullgraph import report
-from pytest_fullgraph.break_help import _registry, help_for
-from pytest_fullgraph.report.render import markdown, terminal_lines
+from pytest_fullgraph.break_help import _registry, help_for, help_for_ids
+from pytest_fullgraph.report.render import markdown
+from pytest_fullgraph.report.terminal import terminal_lines
 from pytest_fullgraph.results import BREAK, BreakRecord, CheckResult
 
 BOILERPLATE = {hint.strip() for name in ("FUNDAMENTAL", "SUPPORTABLE", "DYNAMO_BUG", "USER_ERROR", "DIFFICULT",
@@ -62,6 +63,7 @@ def _broken(model: str, gb_id: str | None, file: str = "modeling_x.py") -> Check
 def test_each_break_site_carries_its_help_in_json_markdown_and_terminal(tmp_path: Path) -> None:
     written = report.Report({}, [_broken("llama", "GB0170"), _broken("gemma", "GB0170"),
                                  _broken("opt", None, "modeling_opt.py")])
+    written.stored_help = help_for_ids(written.gb_ids())  # as the session does when it builds the report
     report.write(written, tmp_path)
     data = json.loads((tmp_path / report.JSON_NAME).read_text())
     assert list(data["break_help"]) == ["GB0170"]
@@ -81,3 +83,12 @@ def test_a_report_without_breaks_has_no_help(tmp_path: Path) -> None:
     written = report.Report({}, [CheckResult("llama", "greedy", "decode", "aot_eager", 4, "pass")])
     assert written.to_dict()["break_help"] == {}
     assert "What PyTorch says" not in markdown(written)
+
+
+def test_a_report_shows_only_the_help_its_run_stored() -> None:
+    """Reading a report never asks the installed torch (the reader may have another release, or none): the help is
+    what the run stored, less the ids no check of the report has (a shard of a larger run)."""
+    bare = report.Report({}, [_broken("llama", "GB0170")])
+    assert bare.break_help() == {} and "What PyTorch says" not in markdown(bare)
+    shard = report.Report({}, [_broken("llama", "GB0170")], stored_help=help_for_ids(["GB0170", "GB0036"]))
+    assert list(shard.break_help()) == ["GB0170"] and list(shard.to_dict()["break_help"]) == ["GB0170"]

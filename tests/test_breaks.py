@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from pytest_fullgraph import build_tiny, run_check
-from pytest_fullgraph.breaks import ORIGINS, Frame, capture_compile_events, classify
+from pytest_fullgraph.breaks import ORIGINS, Frame, classify
+from pytest_fullgraph.compile_events import capture_compile_events
 
 EOS_TOKEN_ID = 2
 
@@ -91,7 +92,7 @@ def test_real_breaks_of_transformers_generate_are_classified() -> None:
 
 
 def test_recompile_reasons_are_the_same_in_every_process() -> None:
-    from pytest_fullgraph.breaks import normalise_reason
+    from pytest_fullgraph.compile_events import normalise_reason
 
     reason = ("0/0: ___check_obj_id(func.__code__, 93848271708960), type=<class 'code'>  # f at 0x7f3a12\n"
               "User stack trace:\n  File ...")

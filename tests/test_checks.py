@@ -30,10 +30,13 @@ def test_planted_break_is_xfail_at_its_file_and_line(toy_project: pytest.Pyteste
     result.assert_outcomes(xfailed=1)
     result.stdout.fnmatch_lines([f"*graph break: Data-dependent branching [[]GB0170[]] at conftest.py:"
                                  f"{PLANTED_BREAK_LINE} in forward (user)*"])
-    first = checks_by_id(read_report(tmp_path))["toy_break-greedy-forward"]["first_break"]
+    written = read_report(tmp_path)
+    first = checks_by_id(written)["toy_break-greedy-forward"]["first_break"]
     assert (first["file"], first["line"], first["function"]) == ("conftest.py", PLANTED_BREAK_LINE, "forward")
     assert first["source"] == "if out.logits.sum() > 0:  # planted graph break: data-dependent branch"
     assert first["gb_id"] == "GB0170" and first["exception"] == "torch._dynamo.exc.Unsupported"
+    # the run stores its torch's help with the report, for readers without torch
+    assert written["break_help"]["GB0170"]["gb_type"] == "Data-dependent branching"
 
 
 @pytest.mark.parametrize(("mode", "recorded"), [("all", 1), ("first", 0)])

@@ -133,26 +133,41 @@ def test_the_committed_baseline_gates_every_check_the_pull_request_tier_runs() -
     assert not baseline.environment.get("shards_missing")
 
 
-#: Run with torch unimportable, as CI's collate job runs (``pip install --no-deps``): render the committed baseline,
-#: split it into two shards, and collate them.
+#: Run with torch unimportable, as CI's collate job runs (``pip install --no-deps``): load the committed baseline,
+#: render it, round-trip its JSON form, split it into two shards, merge them, gate the merge against the baseline,
+#: and collate the shards (gated against the baselines directory).
 NO_TORCH_SCRIPT = """
 import sys
 sys.modules["torch"] = None  # every import of torch now fails
 from pathlib import Path
-from pytest_fullgraph.report import Report, load, markdown, write
+from pytest_fullgraph.report import Report, diff, load, markdown, merge, terminal_lines, write
 from pytest_fullgraph.report.collate import collate
 
-baseline = load(sys.argv[1])
+baseline_path = Path(sys.argv[1])
+baseline = load(baseline_path)
 page = markdown(baseline)
 assert "What PyTorch says about these breaks" in page and "[GB0170](" in page, page[:400]
+assert any(line.startswith("    hint: ") for line in terminal_lines(baseline))
+data = baseline.to_dict()
+assert data["break_help"] and Report.from_dict(data, "round trip").to_dict() == data
 out = Path(sys.argv[2])
 half = len(baseline.checks) // 2
-for name, checks in (("a", baseline.checks[:half]), ("b", baseline.checks[half:])):
-    write(Report(baseline.environment, checks, [], baseline.run, baseline.stored_help), out / name)
-result = collate([out / "a" / "fullgraph-report.json", out / "b" / "fullgraph-report.json"], out / "merged")
+shards = [Report(baseline.environment, checks, [], baseline.run, baseline.stored_help)
+          for checks in (baseline.checks[:half], baseline.checks[half:])]
+for name, shard in zip("ab", shards):
+    write(shard, out / name)
+merged = merge([("a", shards[0]), ("b", shards[1])])
+assert merged.to_dict()["checks"] == data["checks"] and merged.break_help() == baseline.break_help()
+gate = diff(baseline, merged)
+assert not gate.failed and not gate.changed, gate.summary()
+result = collate([out / "a" / "fullgraph-report.json", out / "b" / "fullgraph-report.json"], out / "merged",
+                 baselines=baseline_path.parent)
 assert not result.failed, result.summary[:3]
-merged = load(result.merged["fast-torch2.13.0"])
-assert len(merged.checks) == len(baseline.checks) and merged.stored_help == baseline.stored_help
+assert any("Gate against" in line and "gate passed" in line for line in result.summary), result.summary
+collated = load(result.merged["fast-torch2.13.0"])
+assert len(collated.checks) == len(baseline.checks) and collated.stored_help == baseline.stored_help
+assert not [name for name, module in sys.modules.items()
+            if module is not None and name.split(".")[0] in ("torch", "transformers")]
 print("rendered and collated without torch")
 """
 

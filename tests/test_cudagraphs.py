@@ -9,13 +9,14 @@ from typing import Any
 import pytest
 import torch
 
-from pytest_fullgraph import breaks, build_tiny, report
+from pytest_fullgraph import build_tiny, compile_events, report
+from pytest_fullgraph.builtin_levels import CudagraphsLevel, CudagraphsWhileLevel, builtin_levels
 from pytest_fullgraph.check import run_check
-from pytest_fullgraph.levels import CudagraphsLevel, CudagraphsWhileLevel, builtin_levels
 from pytest_fullgraph.report.collate import group_name
 from pytest_fullgraph.report.merge import merge
-from pytest_fullgraph.report.render import markdown, terminal_lines
+from pytest_fullgraph.report.render import markdown
 from pytest_fullgraph.report.schema import ReportError
+from pytest_fullgraph.report.terminal import terminal_lines
 from pytest_fullgraph.results import PASS, SKIP, CheckResult
 from tests.conftest import checks_by_id, read_report
 
@@ -39,7 +40,7 @@ def test_the_cudagraphs_levels_are_slow_tier_only() -> None:
 def test_inductor_cudagraph_skip_reasons_are_captured_in_order_once_each() -> None:
     from torch._inductor.cudagraph_utils import log_cudagraph_skip_and_bump_counter
 
-    with breaks.capture_compile_events() as trace:
+    with compile_events.capture_compile_events() as trace:
         log_cudagraph_skip_and_bump_counter("skipping cudagraphs due to mutated inputs (1 instances)")
         log_cudagraph_skip_and_bump_counter("skipping cudagraphs due to cpu device (arg0_1)")
         log_cudagraph_skip_and_bump_counter("skipping cudagraphs due to mutated inputs (1 instances)")
@@ -49,8 +50,8 @@ def test_inductor_cudagraph_skip_reasons_are_captured_in_order_once_each() -> No
 
 
 def test_a_counting_backend_in_a_mode_compiles_with_inductor_and_counts() -> None:
-    with breaks.capture_compile_events() as trace:
-        backend = breaks.counting_backend("aot_eager", trace).with_mode("reduce-overhead")
+    with compile_events.capture_compile_events() as trace:
+        backend = compile_events.counting_backend("aot_eager", trace).with_mode("reduce-overhead")
         compiled = torch.compile(lambda x: (x * 2).sin(), backend=backend, fullgraph=True)
         assert torch.equal(compiled(torch.ones(3)), (torch.ones(3) * 2).sin())
     assert (backend.name, backend.mode, trace.graph_count) == ("inductor", "reduce-overhead", 1)

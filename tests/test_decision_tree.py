@@ -15,10 +15,11 @@ import pytest
 import torch
 
 from pytest_fullgraph import run_check
-from pytest_fullgraph.breaks import CountingBackend
+from pytest_fullgraph.check import failed_build
+from pytest_fullgraph.compile_events import CountingBackend
 from pytest_fullgraph.levels import AT_LEAST_ONE_GRAPH, GRAPHS_NOT_COUNTED, ONE_GRAPH, GraphRule, Level
 from pytest_fullgraph.report import Report, markdown
-from pytest_fullgraph.results import BreakRecord, CheckResult
+from pytest_fullgraph.results import BreakRecord, CheckResult, Stage
 
 PROMPT_WIDTH = 8  # the greedy scenario: two prompts of 8 tokens
 NEW_TOKENS = 4
@@ -200,14 +201,19 @@ def test_own_loop_that_agrees_goes_on_to_the_compiled_run() -> None:
     assert check(ScriptedModel(), level).outcome == "pass" and level.compiled_runs == 1
 
 
-@pytest.mark.parametrize(("model", "start", "stage"), [
-    (RuntimeError("no weights"), "model 'scripted' failed to build: RuntimeError: no weights", "build"),
-    (ScriptedModel(crash=ValueError("bad config")), "eager generation failed", "eager generation"),
-])
-def test_failures_outside_the_compiler_are_errors_naming_the_stage(model: Any, start: str, stage: str) -> None:
-    result = check(model, FakeLevel())
-    assert result.outcome == "error" and result.message.startswith(start)
-    assert result.stage == stage  # the flag audit reads it: an eager failure says nothing of a compile
+def test_failures_outside_the_compiler_are_errors_naming_the_stage() -> None:
+    result = check(ScriptedModel(crash=ValueError("bad config")), FakeLevel())
+    assert result.outcome == "error" and result.message.startswith("eager generation failed")
+    assert result.stage == "eager generation"  # the flag audit reads it: an eager failure says nothing of a compile
+    built = failed_build("scripted", "greedy", "fake", "eager", NEW_TOKENS, "float32", RuntimeError("no weights"))
+    assert (built.outcome, built.stage, built.message) == (
+        "error", "build", "model 'scripted' failed to build: RuntimeError: no weights")
+
+
+@pytest.mark.parametrize("stage", list(Stage))
+def test_every_stage_reads_back_from_its_label(stage: Stage) -> None:
+    assert Stage.of(stage.label("fullgraph_generate(loop='while')")) is stage
+    assert Stage.of("") is None and Stage.of("eager generationally") is None
 
 
 def test_compiled_run_crashing_outside_torch_is_an_error_of_the_compiled_stage() -> None:
@@ -305,7 +311,7 @@ def test_a_break_stays_a_break_when_only_its_diagnostic_pass_times_out() -> None
 def test_time_limit_rearms_a_timer_that_was_already_set() -> None:
     import signal
 
-    from pytest_fullgraph.check import CheckTimeout, time_limit
+    from pytest_fullgraph.timer import CheckTimeout, time_limit
 
     fired: list[int] = []
     previous = signal.signal(signal.SIGALRM, lambda *_: fired.append(1))
@@ -328,13 +334,13 @@ def test_a_timeout_waits_for_an_import_in_progress(tmp_path: Any, monkeypatch: p
     import importlib
     import sys
 
-    from pytest_fullgraph import check as check_module
+    from pytest_fullgraph import timer
 
     (tmp_path / "planted_import.py").write_text(
-        "import sys\nfrom pytest_fullgraph.check import _importing\nSEEN = _importing(sys._getframe())\n")
+        "import sys\nfrom pytest_fullgraph.timer import importing\nSEEN = importing(sys._getframe())\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     assert importlib.import_module("planted_import").SEEN is True
-    assert check_module._importing(sys._getframe()) is False
+    assert timer.importing(sys._getframe()) is False
 
 
 class StaticReference(FakeLevel):

@@ -13,19 +13,16 @@ import torch
 from transformers import StoppingCriteriaList
 
 from pytest_fullgraph import build_tiny
-from pytest_fullgraph.check import scenario_values
 from pytest_fullgraph.generation import generate
-from pytest_fullgraph.scenarios import (
-    BASIC,
-    SCENARIOS,
-    Scenario,
+from pytest_fullgraph.inputs import (
     generate_kwargs,
     generation_config,
     make_inputs,
     model_generation_defaults,
-    select_scenarios,
-    vocab_size,
+    scenario_values,
 )
+from pytest_fullgraph.modeling import vocab_size
+from pytest_fullgraph.scenarios import BASIC, SCENARIOS, Scenario, select_scenarios
 from tests.conftest import checks_by_id, read_report
 
 FEATURES = [name for name in SCENARIOS if name not in BASIC]

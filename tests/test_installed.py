@@ -66,8 +66,8 @@ def test_in_this_repository_the_suite_is_collected_once() -> None:
                                 "--fullgraph-models=llama"], cwd=REPOSITORY, capture_output=True, text=True,
                                check=False)
     ids = [line for line in completed.stdout.splitlines() if "::" in line]
-    # 4 scenarios x 5 levels, the property test, the CUDA and shapes tests for each loop form
-    assert len(ids) == len(set(ids)) == 20 + 1 + 2 + 2, completed.stdout
+    # 4 scenarios x 5 levels, the property test's four parts, the CUDA and shapes tests for each loop form
+    assert len(ids) == len(set(ids)) == 20 + 4 + 2 + 2, completed.stdout
     assert all(line.startswith("suites/") for line in ids)
 
 

@@ -17,7 +17,7 @@ from transformers.generation.logits_process import (
     SequenceBiasLogitsProcessor,
 )
 
-from pytest_fullgraph.loop_state import banned_ngrams, check_processors, process, process_unrolled
+from pytest_fullgraph.loop_processors import banned_ngrams, check_processors, process, process_unrolled
 
 VOCAB = 6  # small, so that n-grams and biased sequences repeat
 
@@ -115,7 +115,7 @@ def test_stop_strings_stop_rows_in_the_graph_as_generate_stops_them(loop: str) -
     from pytest_fullgraph import build_tiny
     from pytest_fullgraph.decode import UnsupportedGeneration, fullgraph_generate
     from pytest_fullgraph.generation import generate_fn
-    from pytest_fullgraph.scenarios import tiny_tokenizer
+    from pytest_fullgraph.inputs import tiny_tokenizer
 
     model = build_tiny("llama")
     ids = torch.tensor([[5, 6, 7, 8, 9, 10], [11, 12, 13, 14, 15, 16]])
@@ -133,3 +133,26 @@ def test_stop_strings_stop_rows_in_the_graph_as_generate_stops_them(loop: str) -
     assert torch.equal(fullgraph_generate(model, ids, mask, config, loop=loop, tokenizer=tokenizer), expected)
     with pytest.raises(UnsupportedGeneration, match=r"stop_strings need tokenizer=\.\.\., as generate needs it"):
         fullgraph_generate(model, ids, mask, config, loop=loop)
+
+
+@pytest.mark.parametrize("loop", ["unrolled", "while"])
+def test_min_new_tokens_wins_over_min_length_as_in_generate(loop: str) -> None:
+    """With both set, generate lets min_new_tokens decide (min_length = min_new_tokens + prompt length). Found by
+    the property suite: the loop kept min_length=10, so EOS stayed banned where generate let the length penalty
+    pick it at the fourth new token."""
+    from transformers import GenerationConfig
+
+    from pytest_fullgraph import build_tiny
+    from pytest_fullgraph.decode import fullgraph_generate
+    from pytest_fullgraph.generation import generate_fn
+    from pytest_fullgraph.inputs import left_padded_prompts, model_generation_defaults
+
+    model = build_tiny("llama")
+    prompt = left_padded_prompts([3], 7, int(model.config.vocab_size))
+    config = GenerationConfig(max_new_tokens=5, do_sample=False, pad_token_id=0, eos_token_id=3, min_length=10,
+                              min_new_tokens=2, exponential_decay_length_penalty=(0, 4.0))
+    with torch.no_grad(), model_generation_defaults(model, 3):
+        expected = generate_fn(model)(**prompt, generation_config=config)
+        ours = fullgraph_generate(model, prompt["input_ids"], prompt["attention_mask"], config, loop=loop)
+    assert int(expected[0, -1]) == 3 and expected.shape[1] < 3 + 5  # generate stopped on EOS early
+    assert torch.equal(ours, expected)

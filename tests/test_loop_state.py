@@ -225,11 +225,11 @@ def test_without_lifting_the_routing_wrapper_the_while_form_cannot_capture_it(mo
     """The fake above reproduces 5.25's failure, so the test before it can fail."""
     import contextlib
 
-    from pytest_fullgraph import loop_state
+    from pytest_fullgraph import loop_tracing
 
     model = build_tiny("llama")
     _route_like_kernels(monkeypatch, model)
-    monkeypatch.setattr(loop_state, "kernel_routing_lifted", lambda model, loop: contextlib.nullcontext())
+    monkeypatch.setattr(loop_tracing, "kernel_routing_lifted", lambda model, loop: contextlib.nullcontext())
     config = GenerationConfig(max_new_tokens=4, do_sample=False, pad_token_id=0, eos_token_id=None)
     with pytest.raises(Exception, match="side effect"):
         fullgraph_generate(model, PROMPTS, None, config, loop="while")
@@ -279,10 +279,10 @@ def test_the_carried_attribute_lists_cover_every_tensor_a_layer_holds_after_pref
 
 def test_a_stand_in_reads_through_and_writes_to_itself() -> None:
     """What ``copy.copy`` gave the step, in a form torch 2.11 can trace: the original is never written."""
-    from pytest_fullgraph import loop_state
+    from pytest_fullgraph import loop_tracing
 
     original = WholeSlidingLayer(max_cache_len=4)
-    stand_in = loop_state.view(original)
+    stand_in = loop_tracing.view(original)
     stand_in.max_cache_len = 9
     assert (stand_in.max_cache_len, original.max_cache_len) == (9, 4)
     assert isinstance(stand_in, WholeSlidingLayer) and type(stand_in).__name__ == "WholeSlidingLayer"
@@ -293,10 +293,10 @@ def test_the_idle_collector_writes_nothing_unless_outputs_are_asked_for() -> Non
     """torch 2.11 refuses the collector's writes inside the while body; an empty collection needs none."""
     from transformers.utils import output_capturing
 
-    from pytest_fullgraph import loop_state
+    from pytest_fullgraph import loop_tracing
 
     original = output_capturing._active_collector
-    with loop_state.output_collector_idle("while"):
+    with loop_tracing.output_collector_idle("while"):
         idle = output_capturing._active_collector
         token = idle.set({})
         assert (idle.get(), original.global_var, original.compiling) == (None, None, False)
@@ -306,7 +306,7 @@ def test_the_idle_collector_writes_nothing_unless_outputs_are_asked_for() -> Non
         idle.reset(asked)
         assert original.get() is None
     assert output_capturing._active_collector is original
-    with loop_state.output_collector_idle("unrolled"):
+    with loop_tracing.output_collector_idle("unrolled"):
         assert output_capturing._active_collector is original
 
 
@@ -317,11 +317,11 @@ def test_an_export_that_replaces_min_still_exports_the_while_form(monkeypatch: p
     import builtins
     import contextlib
 
-    from pytest_fullgraph import loop_state
+    from pytest_fullgraph import loop_tracing
     from pytest_fullgraph.decode import export_generate
 
     if not shim:
-        monkeypatch.setattr(loop_state, "python_min_max", contextlib.nullcontext)
+        monkeypatch.setattr(loop_tracing, "python_min_max", contextlib.nullcontext)
     model = build_tiny("llama")
     config = GenerationConfig(max_new_tokens=4, do_sample=True, top_k=12, pad_token_id=0, eos_token_id=None)
     torch.manual_seed(3)

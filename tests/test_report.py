@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from pytest_fullgraph import report
+from pytest_fullgraph.break_help import help_for_ids
 from pytest_fullgraph.results import BreakRecord, CheckResult
 
 ENVIRONMENT = {"torch": "2.13.0", "transformers": "5.24.0", "backend": "aot_eager", "max_new_tokens": 4}
@@ -27,7 +28,9 @@ def a_result(model: str, outcome: str, breaks: list[BreakRecord] | None = None, 
 
 
 def save(path: Path, checks: list[CheckResult]) -> Path:
-    report.write(report.Report(dict(ENVIRONMENT), checks), path)
+    written = report.Report(dict(ENVIRONMENT), checks)
+    written.stored_help = help_for_ids(written.gb_ids())  # PyTorch's help, stored by the run as the session does
+    report.write(written, path)
     return path / report.JSON_NAME
 
 
@@ -119,7 +122,7 @@ def test_interrupted_write_keeps_the_previous_file(tmp_path: Path, monkeypatch: 
     def crash(*args: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(report.schema.os, "replace", crash)
+    monkeypatch.setattr(report.files.os, "replace", crash)
     with pytest.raises(KeyboardInterrupt):
         report.write_atomic(target, "{ truncated")
     assert json.loads(target.read_text()) == {"complete": True}
@@ -254,7 +257,7 @@ def a_higher_order_break() -> BreakRecord:
 
 def test_a_higher_order_break_shows_the_break_inside_it_everywhere(tmp_path: Path) -> None:
     """The op's own message ends in "Got graph break/error:"; the cause is kept in JSON, Markdown and terminal."""
-    from pytest_fullgraph.report.render import terminal_lines
+    from pytest_fullgraph.report.terminal import terminal_lines
 
     record = a_higher_order_break()
     result = CheckResult("toy", "greedy", "while", "eager", 4, "break", record.summary(), first_break=record)
@@ -293,7 +296,7 @@ def test_peak_memory_is_read_on_cuda_only(monkeypatch: pytest.MonkeyPatch) -> No
     """The measurement itself (the GPU run in bench/gpu.sh shows real numbers): reset before, read after."""
     import torch
 
-    from pytest_fullgraph.check import peak_cuda_memory
+    from pytest_fullgraph.compute import peak_cuda_memory
 
     calls: list[str] = []
 

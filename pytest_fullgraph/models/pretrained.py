@@ -7,7 +7,7 @@ error naming it rather than one failed build per check.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -64,8 +64,16 @@ def loader(directory: Path) -> Callable[[], PreTrainedModel]:
 
 def register_pretrained(registry: Registry, value: str, source: str) -> tuple[str, ...]:
     """Register every NAME=DIR of ``value``; returns the names. A bad entry or directory is a ``ValueError``."""
+    return register_directories(registry, parse_pretrained(value, source), source)
+
+
+def register_directories(registry: Registry, directories: Mapping[str, Path], source: str) -> tuple[str, ...]:
+    """Register each checkpoint directory (its config is read now) as a model; returns the names.
+
+    A directory transformers cannot read, or a name already registered, is a ``ValueError`` led by ``source``.
+    """
     names = []
-    for name, directory in parse_pretrained(value, source).items():
+    for name, directory in directories.items():
         model_type = check_directory(name, directory, source)
         try:
             registry.register(name, loader(directory), family=model_type, tags=(PRETRAINED_TAG,))

@@ -1,22 +1,17 @@
-"""Reports: the JSON schema and its loading (``schema``), merging shards (``merge``), the baseline gate
-(``gate``) and the Markdown / terminal renderings (``render``). Nothing here imports torch at import time, so
-``python -m pytest_fullgraph report ...`` stays light."""
+"""Reports: the data model and its JSON form (``schema``), report files (``files``), merging shards (``merge``),
+the baseline gate (``gate``), and the Markdown and terminal renderings (``render``, ``terminal``) over the tables
+both read (``tables``). Nothing here imports torch, so ``python -m pytest_fullgraph report ...`` and CI's collate
+job run where torch is absent; what needs torch (the run's environment, PyTorch's break help) is captured by the
+run (``pytest_fullgraph.environment``, ``pytest_fullgraph.break_help``) and stored in the report."""
 
 from __future__ import annotations
 
+from pytest_fullgraph.report.files import load, write, write_atomic
 from pytest_fullgraph.report.gate import GateResult, diff, refresh_command
 from pytest_fullgraph.report.merge import merge
-from pytest_fullgraph.report.render import markdown, terminal_lines
-from pytest_fullgraph.report.schema import (
-    JSON_NAME,
-    MARKDOWN_NAME,
-    Report,
-    ReportError,
-    environment,
-    load,
-    write,
-    write_atomic,
-)
+from pytest_fullgraph.report.render import markdown
+from pytest_fullgraph.report.schema import JSON_NAME, MARKDOWN_NAME, Report, ReportError
+from pytest_fullgraph.report.terminal import terminal_lines
 
 __all__ = [
     "JSON_NAME",
@@ -25,7 +20,6 @@ __all__ = [
     "Report",
     "ReportError",
     "diff",
-    "environment",
     "load",
     "markdown",
     "merge",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pytest_fullgraph.results import BREAK, ERROR, PASS, SKIP, CheckResult, outcome_rank
+from pytest_fullgraph.results import BREAK, ERROR, PASS, SKIP, CheckResult, Stage, outcome_rank
 
 #: The levels the audit reads: the flag governs ``forward``; ``decode`` shows whether the forward compiles anyway.
 AUDIT_LEVELS = ("forward", "decode")
@@ -64,13 +64,10 @@ def model_summaries(checks: list[CheckResult]) -> list[ModelSummary]:
     return summaries
 
 
-#: The stage of a check that compiles; an error before it (eager generation, the build) says nothing of the flag.
-COMPILED_STAGE = "compiled generation"
-
-
 def _compile_failed(result: CheckResult) -> bool:
-    """A break, or an error of the compiled stage (a compiler crash, "nothing was compiled")."""
-    return result.outcome == BREAK or (result.outcome == ERROR and result.stage == COMPILED_STAGE)
+    """A break, or an error of the compiled stage (a compiler crash, "nothing was compiled"); an error before it
+    (eager generation, the build) says nothing of the flag."""
+    return result.outcome == BREAK or (result.outcome == ERROR and Stage.of(result.stage) is Stage.COMPILED)
 
 
 def _audit(summary: ModelSummary, results: list[CheckResult]) -> None:

@@ -12,10 +12,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pytest_fullgraph.report.files import load, write
 from pytest_fullgraph.report.gate import diff, refresh_command
 from pytest_fullgraph.report.merge import merge
 from pytest_fullgraph.report.render import markdown
-from pytest_fullgraph.report.schema import JSON_NAME, Report, ReportError, load, write
+from pytest_fullgraph.report.schema import JSON_NAME, Report, ReportError
 
 
 def group_name(report: Report) -> str:

@@ -1,0 +1,75 @@
+"""What the checks ask of a model itself: its vocabulary, device and dtype, its forward's parameters, the
+positions ``generate`` derives for it, and moving it.
+
+One home for the questions that the decode loop (``decode``), the comparison (``compare``) and the checks
+(``check``, ``inputs``) all ask, so they ask them the same way. No torch import: the answers come from the
+model and its tensors, and importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel
+
+
+def vocab_size(model: PreTrainedModel) -> int:
+    """The text vocabulary's size: multimodal configs nest it in their text config."""
+    return int(model.config.get_text_config().vocab_size)
+
+
+def model_device(model: Any) -> str:
+    """Where the model's parameters live (the checks put their inputs there); "cpu" for parameterless fakes."""
+    parameters = getattr(model, "parameters", None)
+    first = next(iter(parameters()), None) if callable(parameters) else None
+    return str(first.device) if first is not None else "cpu"
+
+
+def model_dtype(model: Any) -> str:
+    """The dtype of the model's floating-point parameters ("float32", "bfloat16"); float32 for parameterless
+    fakes."""
+    parameters = getattr(model, "parameters", None)
+    for parameter in (parameters() if callable(parameters) else ()):
+        if parameter.is_floating_point():
+            return str(parameter.dtype).removeprefix("torch.")
+    return "float32"
+
+
+@contextlib.contextmanager
+def moved_to(model: Any, device: str) -> Iterator[Any]:
+    """The model on ``device`` for the block, then back where it was, even when the block fails: a model is
+    built once per worker and shared by the tests that follow."""
+    original = model_device(model)
+    model.to(device)
+    try:
+        yield model
+    finally:
+        model.to(original)
+
+
+def forward_parameters(model: PreTrainedModel) -> set[str]:
+    """Named parameters of the model's forward; a ``forward(*args, **kwargs)`` wrapper defers to its base.
+
+    Models differ in what their forward takes (``position_ids``, ``logits_to_keep``, ``cache``); the loop and the
+    float64 reference pass an argument only where it is taken, as ``generate`` does.
+    """
+    for klass in type(model).__mro__:
+        forward = vars(klass).get("forward")
+        if forward is None:
+            continue
+        parameters = inspect.signature(forward).parameters.values()
+        named = {p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)} - {"self"}
+        if named:
+            return named
+    return set()
+
+
+def initial_positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids as ``generate`` derives them from a left-padded mask: every caller that runs a forward outside
+    ``generate`` must number the prompt as it does, or its logits differ."""
+    return (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)

@@ -1,0 +1,60 @@
+"""Report files: reading one (a bad file is a one-line ``ReportError``, not a traceback) and writing the JSON and
+Markdown pair atomically, so an interrupted run never leaves a truncated report. No torch import."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from pytest_fullgraph.report.render import markdown
+from pytest_fullgraph.report.schema import JSON_NAME, MARKDOWN_NAME, Report, ReportError
+
+
+def load(path: str | Path) -> Report:
+    """The report in ``path``; a file that cannot be read, is not JSON or is not a report raises ``ReportError``
+    naming the file, which the command line prints as one line."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise ReportError(f"{path}: cannot read ({error.strerror or error})") from None
+    try:
+        data = json.loads(text)
+    except ValueError as error:
+        raise ReportError(f"{path}: not valid JSON ({error})") from None
+    return Report.from_dict(data, str(path))
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write through a temporary file and rename, so an interrupted run never leaves a truncated file.
+
+    The file gets the mode any file the user writes gets (0666 less the umask), not the temporary file's 0600.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w") as stream:
+            stream.write(text)
+        os.chmod(temporary, 0o666 & ~_umask())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def write(report: Report, directory: str | Path) -> list[Path]:
+    """``fullgraph-report.json`` (sorted keys: diffs of two runs stay readable) and ``fullgraph-report.md`` in
+    ``directory``, created if need be; the paths written."""
+    directory = Path(directory)
+    json_path, markdown_path = directory / JSON_NAME, directory / MARKDOWN_NAME
+    write_atomic(json_path, json.dumps(report.to_dict(), indent=2, sort_keys=True) + "\n")
+    write_atomic(markdown_path, markdown(report))
+    return [json_path, markdown_path]

@@ -1,0 +1,103 @@
+"""A report's checks arranged for reading, shared by its renderings (the Markdown page, the terminal summary,
+the findings page): the matrix's columns and rows, break sites grouped across checks, CUDA-graph skips, and the
+text helpers they use. No torch import."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from pytest_fullgraph.builtin_levels import BUILTIN_LEVEL_NAMES
+from pytest_fullgraph.report.schema import Report
+from pytest_fullgraph.results import DEFAULT_DTYPE, CheckResult
+from pytest_fullgraph.scenarios import SCENARIOS
+
+if TYPE_CHECKING:
+    from pytest_fullgraph.break_help import BreakHelp
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def break_label(result: CheckResult) -> str:
+    """What a ``break`` was: N breaks recorded, or N graphs where one was required, or a bare break."""
+    records = result.break_records()
+    if records:
+        return plural(len(records), "break")
+    if result.graph_count is not None and result.graph_count != 1:
+        return plural(result.graph_count, "graph")
+    return "break"
+
+
+def canonical(values: set[str], order: Iterable[str]) -> list[str]:
+    """Known names in their defined order (e.g. forward before generate), unknown ones after, sorted."""
+    known = [name for name in dict.fromkeys(order) if name in values]
+    return known + sorted(values - set(known))
+
+
+def columns(report: Report) -> list[tuple[str, str]]:
+    checks = report.checks
+    env = report.environment
+    # the report's own legend first; reports written before legends existed fall back to the built-in order
+    levels = canonical({r.level for r in checks}, [*(env.get("levels") or {}), *BUILTIN_LEVEL_NAMES])
+    scenarios = canonical({r.scenario for r in checks}, [*(env.get("scenarios") or {}), *SCENARIOS])
+    return [(level, scenario) for level in levels for scenario in scenarios]
+
+
+def rows(checks: list[CheckResult]) -> list[tuple[str, str, str]]:
+    """(model, dtype, label) per matrix row; the dtype shows in the label once a report has any but float32."""
+    pairs = sorted({(result.model, result.dtype) for result in checks})
+    plain = all(dtype == DEFAULT_DTYPE for _, dtype in pairs)
+    return [(model, dtype, model if plain else f"{model} ({dtype})") for model, dtype in pairs]
+
+
+def grouped_sites(checks: list[CheckResult]) -> list[dict[str, Any]]:
+    """Break sites across all checks, most widespread first: location, GB id, origin, models, checks."""
+    sites: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for result in checks:
+        for record in result.break_records():
+            # a higher-order op's break is as many sites as there are breaks inside it
+            inside = f"{record.cause.title()} in {record.cause.function}" if record.cause else ""
+            site = sites.setdefault((record.where(), record.gb_type, inside), {
+                "where": record.where(), "gb_type": record.gb_type, "gb_id": record.gb_id or "",
+                "origin": record.origin, "function": record.function, "models": set(), "checks": set(),
+                "root_cause": False, "inside": inside, "inside_gb_id": record.cause.gb_id if record.cause else "",
+            })
+            site["models"].add(result.model)
+            site["checks"].add(result.check_id)
+            site["root_cause"] |= record.root_cause
+    ordered = sorted(sites.values(), key=lambda s: (-len(s["checks"]), s["where"], s["gb_type"]))
+    for site in ordered:
+        site["models"], site["checks"] = sorted(site["models"]), sorted(site["checks"])
+    return ordered
+
+
+def inside_text(site: dict[str, Any]) -> str:
+    """A higher-order op's site: the break inside it, which is the news."""
+    return f"; inside it: {escape(site['inside'])}" if site.get("inside") else ""
+
+
+def crash_line(worker: dict[str, str]) -> str:
+    test = f" while running {worker['test']}" if worker.get("test") else ""
+    return f"{worker.get('node')}{test}: {worker.get('error')}"
+
+
+def escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def hint_text(found: BreakHelp) -> str:
+    """The specific hints, then what kind of break the boilerplate says it is: one line."""
+    kinds = f"({', '.join(found.kinds)})" if found.kinds else ""
+    return " ".join(part for part in (*found.hints, kinds) if part)
+
+
+def cudagraph_skips(checks: list[CheckResult]) -> list[tuple[str, list[str]]]:
+    """(reason, check ids) for each reason inductor gave for running a graph without CUDA graphs, the most
+    widespread first."""
+    by_reason: dict[str, list[str]] = {}
+    for result in checks:
+        for reason in result.cudagraph_skips:
+            by_reason.setdefault(reason, []).append(result.check_id)
+    return sorted(by_reason.items(), key=lambda item: (-len(item[1]), item[0]))

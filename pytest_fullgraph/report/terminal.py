@@ -1,0 +1,63 @@
+"""pytest's terminal summary of a report: a compact matrix, the most widespread break sites with PyTorch's hint,
+flag disagreements, CUDA-graph skips, crashed workers."""
+
+from __future__ import annotations
+
+from pytest_fullgraph.report.audit import disagreements, model_summaries
+from pytest_fullgraph.report.schema import Report
+from pytest_fullgraph.report.tables import (
+    break_label,
+    columns,
+    crash_line,
+    cudagraph_skips,
+    grouped_sites,
+    hint_text,
+    inside_text,
+    rows,
+)
+from pytest_fullgraph.results import BREAK, MISMATCH, OUTCOMES, CheckResult
+
+
+def short_cell(result: CheckResult | None) -> str:
+    if result is None:
+        return "-"
+    if result.outcome == BREAK:
+        records = result.break_records()
+        return f"break({len(records)})" if records else f"break({break_label(result)})"
+    if result.outcome == MISMATCH and result.mismatch is not None and result.mismatch.kind:
+        return f"MISMATCH({result.mismatch.kind})"
+    return OUTCOMES[result.outcome].short if result.outcome in OUTCOMES else result.outcome
+
+
+def terminal_lines(report: Report, top_sites: int = 5) -> list[str]:
+    """A compact matrix and the most widespread break sites, for pytest's terminal summary."""
+    checks = report.sorted_checks()
+    matrix = columns(report)
+    by_key = {result.key: result for result in checks}
+    headers = [f"{level}/{scenario}" for level, scenario in matrix]
+    table = [[label] + [short_cell(by_key.get((model, s, lv, dtype))) for lv, s in matrix]
+             for model, dtype, label in rows(checks)]
+    widths = [max(len(str(row[i])) for row in [["model", *headers], *table]) for i in range(len(headers) + 1)]
+    lines = ["  ".join(text.ljust(widths[i]) for i, text in enumerate(row)).rstrip()
+             for row in [["model", *headers], *table]]
+    sites = grouped_sites(checks)[:top_sites]
+    if sites:
+        help_by_id = report.break_help()
+        lines.append("top break sites:")
+        for site in sites:
+            lines.append(f"  {site['where']} {site['gb_id'] or '-'} {site['gb_type']}{inside_text(site)} "
+                         f"[{site['origin']}] in {len(site['checks'])} check(s): {', '.join(site['models'])}")
+            found = help_by_id.get(site["gb_id"] or site["inside_gb_id"])
+            if found is not None:
+                lines.append(f"    hint: {hint_text(found) or found.explanation} {found.url}".rstrip())
+    disagreeing = disagreements(model_summaries(checks))
+    if disagreeing:
+        lines.append(f"_can_compile_fullgraph disagrees with the verdicts for {len(disagreeing)} model(s):")
+        lines += [f"  {summary.model}: {summary.disagreement}" for summary in disagreeing]
+    for reason, ids in cudagraph_skips(checks):
+        lines.append(f"CUDA graphs skipped in {len(ids)} check(s): {reason}")
+    for worker in report.crashed_workers:
+        lines.append(f"crashed worker {crash_line(worker)}")
+    if report.interrupted:
+        lines.append("run interrupted: the report holds only the checks that finished")
+    return lines
