@@ -88,8 +88,23 @@ def generation_cases(draw: st.DrawFn, vocab: int, loops: tuple[str, ...]) -> dic
             "config": GenerationConfig(**{k: v for k, v in config.items() if v is not None or k == "eos_token_id"})}
 
 
+#: Loop forms each model (by identity: the session builds a model once per worker) offers, or why none: the
+#: probe traces the ``while`` body, so the parts of one model's examples ask it once.
+_LOOPS_OFFERED: dict[int, tuple[PreTrainedModel, tuple[str, ...], str]] = {}
+
+
 def supported_loops(model: PreTrainedModel) -> tuple[str, ...]:
     """Loop forms fullgraph_generate offers this model; skips the test, with the reason, if none."""
+    if id(model) not in _LOOPS_OFFERED or _LOOPS_OFFERED[id(model)][0] is not model:
+        _LOOPS_OFFERED[id(model)] = (model, *_probe_loops(model))
+    _, loops, reasons = _LOOPS_OFFERED[id(model)]
+    if not loops:
+        pytest.skip(f"fullgraph_generate does not support this model: {reasons}")
+    return loops
+
+
+def _probe_loops(model: PreTrainedModel) -> tuple[tuple[str, ...], str]:
+    """The loop forms that run the plainest generation of ``model``, and why the others do not."""
     probe = torch.tensor([[tiny.FIRST_PROMPT_ID] * 2])
     config = GenerationConfig(max_new_tokens=1, pad_token_id=tiny.PAD_TOKEN_ID)
     loops = []
@@ -102,9 +117,7 @@ def supported_loops(model: PreTrainedModel) -> tuple[str, ...]:
             reasons.append(str(error))
         except compile_failure_types() as error:  # while_loop traces its body even eagerly
             reasons.append(f"loop={loop!r} cannot trace the model: {type(error).__name__}")
-    if not loops:
-        pytest.skip(f"fullgraph_generate does not support this model: {'; '.join(dict.fromkeys(reasons))}")
-    return tuple(loops)
+    return tuple(loops), "; ".join(dict.fromkeys(reasons))
 
 
 def run_seeded(seed: int, function: Any) -> torch.Tensor:
