@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from pytest_fullgraph.breaks import compile_failure_types
 from pytest_fullgraph.generation import generate_fn, static_cache_config
 from pytest_fullgraph.levels import (
     GRAPHS_NOT_COUNTED,
@@ -124,7 +125,6 @@ class WhileLevel(DecodeLevel):
         model runs at all is then asked of the unrolled form, run eagerly: its failure is the model's own
         (raised as it is); if it runs, the body could not be captured, which is a compile outcome
         (``LoopNotCaptured``)."""
-        from pytest_fullgraph.breaks import compile_failure_types
         from pytest_fullgraph.decode import fullgraph_generate
 
         try:
