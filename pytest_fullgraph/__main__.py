@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pytest_fullgraph import report
+from pytest_fullgraph.report.tables import flag_text
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -212,7 +213,8 @@ def _models(selection: str, exclude: str, *, as_json: bool, build: bool, shard: 
             if len(rows) == 1:
                 print(_table_line(["model", "class", "parameters", "flag", "tags", "status"]))
             print(_table_line([row["name"], row["class"] or "-", _count(row["parameters"]),
-                               _flag(row["can_compile_fullgraph"]), ",".join(row["tags"]) or "-", row["status"]]),
+                               flag_text(row["can_compile_fullgraph"], missing="-"), ",".join(row["tags"]) or "-",
+                               row["status"]]),
                   flush=True)
     if as_json:
         print(json.dumps(rows, indent=1))
@@ -232,10 +234,6 @@ def _table_line(cells: list[str]) -> str:
 
 def _count(value: int | None) -> str:
     return "-" if value is None else f"{value:,}"
-
-
-def _flag(value: bool | None) -> str:
-    return "-" if value is None else str(value)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from pytest_fullgraph.report.tables import (
     crash_line,
     cudagraph_skips,
     escape,
+    flag_text,
     grouped_sites,
     hint_text,
     inside_text,
@@ -181,10 +182,6 @@ def _help_section(gb_ids: list[str], help_by_id: dict[str, BreakHelp]) -> list[s
     return [*lines, ""]
 
 
-def _flag(value: bool | None) -> str:
-    return "—" if value is None else str(value)
-
-
 def _audit_section(checks: list[CheckResult]) -> list[str]:
     """transformers' ``_can_compile_fullgraph`` beside the measured forward and decode verdicts."""
     summaries = model_summaries(checks)
@@ -198,7 +195,7 @@ def _audit_section(checks: list[CheckResult]) -> list[str]:
                     for v in (summary.verdicts.get(level, "") for level in AUDIT_LEVELS)]
         parameters = f"{summary.parameters:,}" if summary.parameters is not None else "—"
         lines.append(f"| {summary.model} | {summary.model_class or '—'} | {parameters} | "
-                     f"{_flag(summary.can_compile_fullgraph)} | " + " | ".join(verdicts) +
+                     f"{flag_text(summary.can_compile_fullgraph)} | " + " | ".join(verdicts) +
                      f" | {summary.disagreement or ''} |")
     lines.append("")
     disagreeing = disagreements(summaries)

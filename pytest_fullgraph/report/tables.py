@@ -101,3 +101,8 @@ def cudagraph_skips(checks: list[CheckResult]) -> list[tuple[str, list[str]]]:
         for reason in result.cudagraph_skips:
             by_reason.setdefault(reason, []).append(result.check_id)
     return sorted(by_reason.items(), key=lambda item: (-len(item[1]), item[0]))
+
+
+def flag_text(value: bool | None, missing: str = "—") -> str:
+    """transformers' ``_can_compile_fullgraph`` as a table cell: True, False, or ``missing`` when unknown."""
+    return missing if value is None else str(value)
