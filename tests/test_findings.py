@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_fullgraph.__main__ import main
-from pytest_fullgraph.report import Report, ReportError, findings, releases, write
+from pytest_fullgraph.report import Report, ReportError, findings, load, releases, write
 from pytest_fullgraph.results import BreakRecord, CheckResult
 
 REPOSITORY = Path(__file__).resolve().parents[1]
@@ -190,7 +190,7 @@ def test_directories_stand_for_their_reports_plain_or_gzipped(tmp_path: Path) ->
     (tmp_path / "run" / "b.json.gz").write_bytes(gzip.compress((tmp_path / "run" / "b.json").read_bytes()))
     # b.json beside b.json.gz is the same report unpacked: read once; the Markdown file is not a report
     assert [path.name for path in findings.report_files(tmp_path / "run")] == ["a.json.gz", "b.json.gz"]
-    assert len(findings.read(tmp_path / "run" / "a.json.gz").checks) == 6
+    assert len(load(tmp_path / "run" / "a.json.gz").checks) == 6
     for torch in ("2.13.0", "2.14.1"):
         write(Report({**ENVIRONMENT, "torch": torch}, a_run()), tmp_path / "releases" / f"torch{torch}")
     (tmp_path / "releases" / "notes").mkdir()

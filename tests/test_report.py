@@ -314,3 +314,24 @@ def test_peak_memory_is_read_on_cuda_only(monkeypatch: pytest.MonkeyPatch) -> No
     with peak_cuda_memory(on_cpu):
         pass
     assert on_cpu.peak_memory is None and len(calls) == 3
+
+
+def test_a_gzipped_report_loads_and_a_binary_file_is_one_line_error(tmp_path: Path) -> None:
+    """The committed measurements are gzipped; a file that is neither JSON nor gzip is "not valid JSON", not a
+    UnicodeDecodeError traceback."""
+    import gzip
+
+    from pytest_fullgraph.report import ReportError, load
+
+    plain = tmp_path / "fullgraph-report.json"
+    save(tmp_path, [CheckResult("llama", "greedy", "decode", "eager", 4, "pass")])
+    packed = tmp_path / "packed.json.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    unnamed = tmp_path / "packed-without-suffix"
+    unnamed.write_bytes(packed.read_bytes())
+    assert [result.key for result in load(packed).checks] == [result.key for result in load(plain).checks]
+    assert [result.key for result in load(unnamed).checks] == [result.key for result in load(plain).checks]
+    binary = tmp_path / "binary.json"
+    binary.write_bytes(b"\xff\xfe\x00garbage\x9c")
+    with pytest.raises(ReportError, match=r"binary\.json: not valid JSON"):
+        load(binary)

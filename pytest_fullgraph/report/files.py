@@ -3,6 +3,7 @@ Markdown pair atomically, so an interrupted run never leaves a truncated report.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import tempfile
@@ -11,17 +12,26 @@ from pathlib import Path
 from pytest_fullgraph.report.render import markdown
 from pytest_fullgraph.report.schema import JSON_NAME, MARKDOWN_NAME, Report, ReportError
 
+#: The first bytes of a gzip stream: reports are read gzipped or not, whatever their name says.
+GZIP_MAGIC = b"\x1f\x8b"
+
 
 def load(path: str | Path) -> Report:
-    """The report in ``path``; a file that cannot be read, is not JSON or is not a report raises ``ReportError``
-    naming the file, which the command line prints as one line."""
+    """The report in ``path``, plain or gzipped (the committed measurements are kept gzipped); a file that cannot
+    be read, is not JSON or is not a report raises ``ReportError`` naming the file, which the command line prints
+    as one line."""
     path = Path(path)
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except OSError as error:
         raise ReportError(f"{path}: cannot read ({error.strerror or error})") from None
+    if raw.startswith(GZIP_MAGIC) or path.suffix == ".gz":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as error:
+            raise ReportError(f"{path}: cannot read as gzip ({error})") from None
     try:
-        data = json.loads(text)
+        data = json.loads(raw)  # bytes in any of JSON's encodings; other bytes are a ValueError too
     except ValueError as error:
         raise ReportError(f"{path}: not valid JSON ({error})") from None
     return Report.from_dict(data, str(path))

@@ -13,8 +13,6 @@ import.
 
 from __future__ import annotations
 
-import gzip
-import json
 import re
 import shlex
 from collections import Counter
@@ -70,20 +68,6 @@ def report_files(path: Path, *, releases: bool = False) -> list[Path]:
     return found
 
 
-def read(path: Path) -> Report:
-    """A report, plain or gzipped (the committed measurements are kept gzipped)."""
-    if path.suffix != ".gz":
-        return load(path)
-    try:
-        with gzip.open(path, "rt", encoding="utf-8") as stream:
-            data = json.load(stream)
-    except (OSError, EOFError) as error:
-        raise ReportError(f"{path}: cannot read as gzip ({error})") from None
-    except ValueError as error:
-        raise ReportError(f"{path}: not valid JSON ({error})") from None
-    return Report.from_dict(data, str(path))
-
-
 def shown(path: Path) -> str:
     """A path as the page shows it: relative to the working directory when inside it, with forward slashes."""
     try:
@@ -108,8 +92,8 @@ def command_line(reports: Sequence[Path], releases: Sequence[Path], output: Path
 def generate(reports: Sequence[Path], releases: Sequence[Path] = (), output: Path | None = None,
              sites: int = DEFAULT_SITES) -> str:
     """The whole page from the paths the command line takes (see ``report_files``)."""
-    run = [(shown(path), read(path)) for given in reports for path in report_files(given)]
-    by_release = [(shown(path), read(path)) for given in releases for path in report_files(given, releases=True)]
+    run = [(shown(path), load(path)) for given in reports for path in report_files(given)]
+    by_release = [(shown(path), load(path)) for given in releases for path in report_files(given, releases=True)]
     return findings(run, by_release, command_line(reports, releases, output, sites), sites)
 
 
