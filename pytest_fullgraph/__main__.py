@@ -1,73 +1,44 @@
-"""``python -m pytest_fullgraph``: merge and diff reports, list the registered models."""
+"""``python -m pytest_fullgraph`` (or ``pytest-fullgraph``): merge, diff, collate reports and write the findings;
+list the registered models and scenarios; the versions CI keys its caches on.
+
+Exit status: 0 done, 1 a gate failed (a regression), 2 bad input (an unknown option or name, a report that is
+missing, corrupt, foreign or of a newer schema), each bad input said in one line on stderr; 141 when the reader
+of the output went away (``| head``), as for any Unix tool killed by SIGPIPE.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from pytest_fullgraph import report
+from pytest_fullgraph.cli import parser
 from pytest_fullgraph.report.tables import flag_text
 
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m pytest_fullgraph",
-                                     description="pytest_fullgraph reports and registry")
-    commands = parser.add_subparsers(dest="command", required=True)
-    report_parser = commands.add_parser("report", help="Merge or diff fullgraph-report.json files")
-    report_commands = report_parser.add_subparsers(dest="report_command", required=True)
-    merge = report_commands.add_parser("merge", help="Merge shard reports into one JSON and Markdown report")
-    merge.add_argument("reports", nargs="+", metavar="REPORT.json")
-    merge.add_argument("-o", "--output", required=True, metavar="DIR", help="Directory for the merged report")
-    collate = report_commands.add_parser(
-        "collate", help="CI's last job: merge shard reports per tier and torch release, gate each against "
-                        "BASELINES/<group>.json, say what changed between releases; exit 1 when the gate fails")
-    collate.add_argument("reports", nargs="*", metavar="REPORT.json")
-    collate.add_argument("-o", "--output", required=True, metavar="DIR", help="Merged reports go to DIR/<group>/")
-    collate.add_argument("--baselines", default=None, metavar="DIR",
-                         help="Directory of committed baselines, one <group>.json per group (fast-torch2.13.0)")
-    collate.add_argument("--expect", nargs="*", default=[], metavar="GROUP",
-                         help="Groups that must have reports (a group whose every shard failed to upload fails)")
-    collate.add_argument("--summary", default=None, metavar="FILE",
-                         help="Append the Markdown summary to FILE (e.g. $GITHUB_STEP_SUMMARY) instead of printing")
-    compare = report_commands.add_parser(
-        "diff", help="Compare against a baseline; exit 1 on regressions (missing checks included)")
-    compare.add_argument("baseline", metavar="BASELINE.json")
-    compare.add_argument("current", metavar="CURRENT.json")
-    compare.add_argument("--allow-missing", action="store_true",
-                         help="A baseline check absent from the current report is a note, not a regression")
-    compare.add_argument("--ratchet", action="store_true",
-                         help="Improvements fail too, so the baseline is refreshed whenever results get better")
-    compare.add_argument("--divergences-only", action="store_true",
-                         help="A mismatch classified as a rounding flip counts as a pass (for bfloat16/float16 jobs)")
-    _findings_parser(report_commands)
-    commands.add_parser("versions", help="key=torch<v>-transformers<v>-py<v> and each version, one per line "
-                                         "(CI's compile-cache key; imports torch)")
-    models = commands.add_parser(
-        "models", help="List the built-in models: class, parameters, tags, _can_compile_fullgraph, build status")
-    models.add_argument("selection", nargs="?", default="all", metavar="NAMES",
-                        help="Which models, as --fullgraph-models takes them (default: all)")
-    models.add_argument("--exclude", default="", metavar="NAMES", help="Models to leave out, in the same forms")
-    models.add_argument("--shard", default=None, metavar="I/N",
-                        help="Only the models --fullgraph-shard=I/N would run, to preview a CI matrix job")
-    models.add_argument("--shard-costs", default=None, metavar="REPORT.json",
-                        help="Balance the shards by this report's check times, as --fullgraph-shard-costs does")
-    models.add_argument("--json", action="store_true", help="One JSON list of rows instead of the table")
-    models.add_argument("--no-build", action="store_true",
-                        help="Do not build and generate: parameters are counted on the meta device, status "
-                             "says only known reasons")
-    scenarios = commands.add_parser(
-        "scenarios", help="List the scenarios (generation features): name, feature, kind, what it sets")
-    scenarios.add_argument("selection", nargs="?", default="all", metavar="NAMES",
-                           help="Which scenarios, as --fullgraph-scenarios takes them (default: all)")
-    scenarios.add_argument("--json", action="store_true", help="One JSON list of rows instead of the table")
-    return parser
-
+#: The status of a process that wrote to a pipe whose reader had gone (128 + SIGPIPE), as Unix tools report it.
+CLOSED_PIPE = 141
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    """The command line's exit status; what ``pytest-fullgraph`` and ``python -m pytest_fullgraph`` run."""
+    try:
+        status = _main(argv)
+        sys.stdout.flush()  # here, not at exit, so a closed pipe is caught below
+        return status
+    except BrokenPipeError:
+        # the reader went away (`| head`): nothing more can be said, and Python's own flush at exit must not fail
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return CLOSED_PIPE
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = parser().parse_args(argv)
+    if args.command is None or (args.command == "report" and args.report_command is None):
+        sys.stderr.write(args.help())  # a command without its subcommand: say which there are
+        return 2
     try:
         if args.command == "versions":
             return _versions()
@@ -81,23 +52,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.report_command == "findings":
             return _findings(args)
         if args.report_command == "merge":
-            merged = report.merge((path, report.load(path)) for path in args.reports)
+            merged = report.merge((str(path), report.load(path)) for path in report.distinct(args.reports))
             for path in report.write(merged, args.output):
                 print(path)
             return 0
-        gate = report.diff(report.load(args.baseline), report.load(args.current),
-                           allow_missing=args.allow_missing, ratchet=args.ratchet,
-                           divergences_only=args.divergences_only)
-        for line in [*gate.regressions, *gate.improvements, *gate.notes]:
-            print(line)
-        print(gate.summary())
-        if gate.changed:
-            refresh = report.refresh_command(args.baseline, args.current)
-            print(f"to accept the current report as the baseline: {refresh}")
-        return 1 if gate.failed else 0
+        return _diff(args)
     except report.ReportError as error:
         print(f"pytest_fullgraph: error: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        raise
+    except OSError as error:  # an output that cannot be written
+        print(f"pytest_fullgraph: error: {error.filename or ''}: cannot write ({error.strerror or error})",
+              file=sys.stderr)
+        return 2
+
+
+def _diff(args: argparse.Namespace) -> int:
+    gate = report.diff(report.load(args.baseline), report.load(args.current), allow_missing=args.allow_missing,
+                       ratchet=args.ratchet, divergences_only=args.divergences_only)
+    for line in [*gate.regressions, *gate.improvements, *gate.notes]:
+        print(line)
+    print(gate.summary())
+    if gate.changed:
+        refresh = report.refresh_command(args.baseline, args.current)
+        print(f"to accept the current report as the baseline: {refresh}")
+    return 1 if gate.failed else 0
 
 
 def _scenarios(selection: str, as_json: bool) -> int:
@@ -135,23 +115,6 @@ def _versions() -> int:
     return 0
 
 
-def _findings_parser(report_commands: Any) -> None:
-    from pytest_fullgraph.report.findings import DEFAULT_SITES
-
-    findings = report_commands.add_parser(
-        "findings", help="The measured findings as Markdown (docs/FINDINGS.md), generated from one run's reports "
-                         "and the torch-release reports")
-    findings.add_argument("reports", nargs="+", metavar="REPORT",
-                          help="Reports of one run (shards or parts, .json or .json.gz), merged; a directory stands "
-                               "for the reports in it")
-    findings.add_argument("--releases", nargs="+", default=[], metavar="REPORT",
-                          help="One report per torch release; a directory stands for DIR/*/fullgraph-report.json[.gz]")
-    findings.add_argument("--sites", type=int, default=DEFAULT_SITES, metavar="N",
-                          help=f"Break sites listed per table (default {DEFAULT_SITES})")
-    findings.add_argument("-o", "--output", default=None, metavar="FILE",
-                          help="Write the Markdown to FILE instead of printing it")
-
-
 def _findings(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -186,6 +149,11 @@ def _collate(args: argparse.Namespace) -> int:
         print(text)
     for name, path in collated.merged.items():
         print(f"{name}: {path}")
+    if collated.unreadable:
+        print(f"collate: FAILED: {len(collated.unreadable)} file(s) cannot be read")
+        for line in collated.unreadable:
+            print(f"pytest_fullgraph: error: {line}", file=sys.stderr)
+        return 2
     print(f"collate: gate {'FAILED' if collated.failed else 'passed'}")
     return 1 if collated.failed else 0
 
@@ -200,7 +168,7 @@ def _models(selection: str, exclude: str, *, as_json: bool, build: bool, shard: 
     try:
         names = registry.select(selection, exclude)
         if shard is not None:
-            costs = model_costs(report.load(shard_costs)) if shard_costs else None
+            costs = model_costs(_costs_report(shard_costs)) if shard_costs else None
             names = select_shard(names, parse_shard(shard, "--shard"), costs)
     except ValueError as error:
         print(f"pytest_fullgraph: error: {error}", file=sys.stderr)
@@ -225,6 +193,13 @@ def _models(selection: str, exclude: str, *, as_json: bool, build: bool, shard: 
               f"{sum(1 for row in rows if row['status'].startswith('error'))} errors" if build else
               f"{len(rows)} models (not built)")
     return 0
+
+
+def _costs_report(path: str) -> report.Report:
+    try:
+        return report.load(path)
+    except report.ReportError as error:
+        raise report.ReportError(f"--shard-costs: {error}") from None
 
 
 def _table_line(cells: list[str]) -> str:

@@ -180,3 +180,45 @@ def test_the_report_layer_needs_no_torch(tmp_path: Path) -> None:
                                capture_output=True, text=True, check=False)
     assert completed.returncode == 0, completed.stderr[-2000:]
     assert "rendered and collated without torch" in completed.stdout
+
+
+def test_only_unreadable_reports_say_so_once_and_exit_2(tmp_path: Path) -> None:
+    """An unreadable report is not also "no shard uploaded", and a broken file is bad input (2), not a failed gate
+    (1): the summary names it, stderr says it in one line."""
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    collated = collate([bad], tmp_path / "merged")
+    assert collated.failed and collated.unreadable == [f"{bad}: not valid JSON (Expecting property name enclosed in "
+                                                       "double quotes: line 1 column 2 (char 1))"]
+    assert not any("No reports" in line for line in collated.summary)
+    completed = subprocess.run([sys.executable, "-m", "pytest_fullgraph", "report", "collate", str(bad), "-o",
+                                str(tmp_path / "out"), "--expect", "fast-torch2.13.0"],
+                               capture_output=True, text=True, check=False)
+    assert completed.returncode == 2
+    assert "No reports" not in completed.stdout and "gate FAILED" not in completed.stdout
+    assert "collate: FAILED: 1 file(s) cannot be read" in completed.stdout
+    assert "or its reports are among the 1 unreadable" in completed.stdout
+    assert completed.stderr == f"pytest_fullgraph: error: {collated.unreadable[0]}\n"
+
+
+def test_an_unreadable_baseline_is_named_and_the_rest_still_collates(tmp_path: Path) -> None:
+    baselines = tmp_path / "baselines"
+    baselines.mkdir()
+    (baselines / "fast-torch2.13.0.json").write_text('{"schema": "pytest_fullgraph/report", "version": 99}')
+    collated = collate([shard(tmp_path, "a", outcomes={"llama": "pass"})], tmp_path / "merged", baselines)
+    assert collated.failed and list(collated.merged) == ["fast-torch2.13.0"]
+    assert collated.unreadable == [f"{baselines / 'fast-torch2.13.0.json'}: written by a newer pytest_fullgraph "
+                                   "(report schema version 99; this one reads 1 to 6): upgrade pytest_fullgraph to "
+                                   "read it"]
+    assert "fast-torch2.13.0 is not gated: its baseline cannot be read" in collated.summary
+
+
+def test_a_glob_that_matched_nothing_is_no_reports_and_a_missing_file_is_unreadable(tmp_path: Path) -> None:
+    """CI's `reports/*/fullgraph-report.json` stays as typed when no shard uploaded: that is "no reports" (the gate
+    fails, 1); a file named outright that is not there is bad input (2)."""
+    unmatched = collate([tmp_path / "reports" / "*" / report.JSON_NAME], tmp_path / "merged")
+    assert unmatched.failed and not unmatched.unreadable
+    assert unmatched.summary == ["**No reports:** no shard uploaded a fullgraph-report.json"]
+    missing = collate([tmp_path / "nope.json"], tmp_path / "merged")
+    assert missing.unreadable == [f"{tmp_path / 'nope.json'}: cannot read (No such file or directory)"]
+    assert not any("No reports" in line for line in missing.summary)

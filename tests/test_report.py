@@ -92,27 +92,104 @@ def test_merge_rejects_conflicting_shards(tmp_path: Path) -> None:
     assert "check llama-greedy-generate-float32 is 'mismatch' there but 'pass'" in completed.stderr
 
 
-@pytest.mark.parametrize(("content", "expected"), [
-    ("{not json", "not valid JSON"),
-    ('{"schema": "something-else"}', "not a pytest_fullgraph report"),
-    ('{"schema": "pytest_fullgraph/report", "version": 99, "checks": []}', "schema version 99 is not supported"),
-    ('{"schema": "pytest_fullgraph/report", "version": 1, "environment": {}, "checks": [{"model": 1}]}',
-     "malformed report"),
-])
-def test_bad_input_files_give_clear_errors(tmp_path: Path, content: str, expected: str) -> None:
+GOOD_CHECK = {"model": "llama", "scenario": "greedy", "level": "decode", "backend": "eager", "max_new_tokens": 4,
+              "outcome": "pass"}
+
+
+def a_report(**fields: object) -> str:
+    """A report's JSON text, valid unless ``fields`` (top-level keys, or ``check`` for the one check) spoil it."""
+    check = fields.pop("check", GOOD_CHECK)
+    data = {"schema": "pytest_fullgraph/report", "version": 6, "environment": {}, "checks": [GOOD_CHECK, check],
+            **fields}
+    return json.dumps({key: value for key, value in data.items() if value is not None})
+
+
+#: Each bad report and the one line the command line says of it (after ``pytest_fullgraph: error: FILE: ``).
+BAD_REPORTS = [
+    ("{not json", "not valid JSON (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))"),
+    (b"\xff\xfe\x00garbage\x9c", "not valid JSON"),
+    (b"\x1f\x8b\x08\x00truncated", "cannot read as gzip"),
+    ('{"schema": "something-else"}', 'not a pytest_fullgraph report (expected "schema": "pytest_fullgraph/report")'),
+    ("[1, 2]", "not a pytest_fullgraph report"),
+    (a_report(version=99), "written by a newer pytest_fullgraph (report schema version 99; this one reads 1 to 6): "
+                           "upgrade pytest_fullgraph to read it"),
+    (a_report(version="x"), "report schema version 'x' is not supported; this pytest_fullgraph reads versions 1 to 6"),
+    (a_report(environment=None), "malformed report: environment: missing"),
+    (a_report(checks={}), "malformed report: checks: expected a list, got an object"),
+    (a_report(check={**GOOD_CHECK, "outcome": None}), "malformed report: checks[1].outcome: expected a string, got "
+                                                      "null (check llama-greedy-decode)"),
+    (a_report(check={key: value for key, value in GOOD_CHECK.items() if key != "outcome"}),
+     "malformed report: checks[1].outcome: missing (check llama-greedy-decode)"),
+    (a_report(check={**GOOD_CHECK, "max_new_tokens": "4"}),
+     "malformed report: checks[1].max_new_tokens: expected an integer, got '4' (check llama-greedy-decode)"),
+    (a_report(check={**GOOD_CHECK, "colour": "red"}),
+     "malformed report: checks[1].colour: not a field of CheckResult (check llama-greedy-decode)"),
+    (a_report(check={**GOOD_CHECK, "breaks": [{"exception": "x"}]}),
+     "malformed report: checks[1].breaks[0].gb_type: missing (check llama-greedy-decode)"),
+    (a_report(check={**GOOD_CHECK, "timings": {"eager": "slow"}}),
+     "malformed report: checks[1].timings.eager: expected a number, got 'slow' (check llama-greedy-decode)"),
+    (a_report(check=[1]), "malformed report: checks[1]: expected an object, got a list"),
+]
+
+
+@pytest.mark.parametrize(("content", "expected"), BAD_REPORTS)
+def test_bad_report_files_are_one_line_and_exit_2(tmp_path: Path, content: str | bytes, expected: str) -> None:
+    """Every command that reads reports says what is wrong with a bad one in one line naming the file (and the
+    JSON path of a bad field) and exits 2, the status of bad input: never 1, which CI reads as a regression."""
     bad = tmp_path / "bad.json"
-    bad.write_text(content)
+    bad.write_bytes(content if isinstance(content, bytes) else content.encode())
     good = save(tmp_path / "good", [a_result("llama", "pass")])
-    for args in (["diff", str(good), str(bad)], ["merge", str(bad), "-o", str(tmp_path / "out")]):
+    for args in (["diff", str(good), str(bad)], ["diff", str(bad), str(good)], ["merge", str(good), str(bad), "-o",
+                 str(tmp_path / "out")], ["findings", str(bad)], ["collate", str(bad), "-o", str(tmp_path / "c")]):
+        completed = cli("report", *args)
+        assert completed.returncode == 2, (args, completed.stdout, completed.stderr)
+        assert completed.stderr.startswith(f"pytest_fullgraph: error: {bad}: {expected}"), completed.stderr
+        assert len(completed.stderr.splitlines()) == 1 and len(completed.stderr) < 300
+
+
+def test_a_report_that_is_not_there_is_exit_2_naming_it(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.json"
+    for args in (["diff", str(missing), str(missing)], ["merge", str(missing), "-o", str(tmp_path / "m")],
+                 ["findings", str(missing)]):
         completed = cli("report", *args)
         assert completed.returncode == 2
-        assert expected in completed.stderr and str(bad) in completed.stderr
-        assert "Traceback" not in completed.stderr
+        assert completed.stderr.startswith(f"pytest_fullgraph: error: {missing}: ")
+        assert ("cannot read (No such file or directory)" in completed.stderr
+                or "no such report or directory" in completed.stderr)
+        assert len(completed.stderr.splitlines()) == 1
 
 
-def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
-    completed = cli("report", "diff", str(tmp_path / "nope.json"), str(tmp_path / "nope.json"))
-    assert completed.returncode == 2 and "cannot read" in completed.stderr
+def test_every_committed_report_reads_and_a_gzipped_one_diffs_with_itself() -> None:
+    """The validation of a report's fields accepts every report the repository keeps, of every schema version."""
+    root = Path(__file__).parent.parent
+    stored = sorted([*root.glob("bench/reports/**/*.json.gz"), *root.glob("baselines/*.json")])
+    assert len(stored) >= 6
+    for path in stored:
+        assert report.load(path).checks, path
+    part = str(root / "bench" / "reports" / "matrix-a-f.json.gz")
+    completed = cli("report", "diff", part, part)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.splitlines()[-1] == "0 regression(s), 0 improvement(s), 0 note(s): gate passed"
+
+
+def test_merge_refuses_the_same_file_twice(tmp_path: Path) -> None:
+    shard = save(tmp_path / "a", [a_result("llama", "pass")])
+    for second in (str(shard), str(tmp_path / "a" / ".." / "a" / report.JSON_NAME)):
+        completed = cli("report", "merge", str(shard), second, "-o", str(tmp_path / "m"))
+        assert completed.returncode == 2
+        assert completed.stderr.startswith(f"pytest_fullgraph: error: {second}: the same report given twice")
+        assert len(completed.stderr.splitlines()) == 1
+    assert not (tmp_path / "m").exists()
+
+
+def test_an_output_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
+    shard = save(tmp_path / "a", [a_result("llama", "pass")])
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    completed = cli("report", "merge", str(shard), "-o", str(blocker / "out"))
+    assert completed.returncode == 2
+    assert completed.stderr.startswith(f"pytest_fullgraph: error: {blocker / 'out'}: cannot write")
+    assert len(completed.stderr.splitlines()) == 1
 
 
 def test_interrupted_write_keeps_the_previous_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -335,3 +412,17 @@ def test_a_gzipped_report_loads_and_a_binary_file_is_one_line_error(tmp_path: Pa
     binary.write_bytes(b"\xff\xfe\x00garbage\x9c")
     with pytest.raises(ReportError, match=r"binary\.json: not valid JSON"):
         load(binary)
+
+
+def test_the_terminal_summary_says_why_checks_were_skipped() -> None:
+    """A skip cell in the matrix is only "skip"; the reasons follow it, most frequent first."""
+    from pytest_fullgraph.report.terminal import terminal_lines
+
+    checks = [CheckResult("llama", scenario, "decode", "eager", 4, "skip", "float16 cannot run here")
+              for scenario in ("greedy", "sample")]
+    checks.append(CheckResult("gemma", "greedy", "decode", "eager", 4, "skip", "skipped: no cache argument"))
+    checks.append(CheckResult("gemma", "sample", "decode", "eager", 4, "pass", "1 graph(s), tokens equal to eager"))
+    lines = terminal_lines(report.Report(dict(ENVIRONMENT), checks), top_sites=1)
+    assert "skipped 2 check(s): float16 cannot run here" in lines
+    assert "skipped for 1 more reason(s): see the report" in lines
+    assert not any("no cache argument" in line for line in lines)

@@ -6,7 +6,7 @@ run (``pytest_fullgraph.environment``, ``pytest_fullgraph.break_help``) and stor
 
 from __future__ import annotations
 
-from pytest_fullgraph.report.files import load, write, write_atomic
+from pytest_fullgraph.report.files import distinct, load, write, write_atomic
 from pytest_fullgraph.report.gate import GateResult, diff, refresh_command
 from pytest_fullgraph.report.merge import merge
 from pytest_fullgraph.report.render import markdown
@@ -20,6 +20,7 @@ __all__ = [
     "Report",
     "ReportError",
     "diff",
+    "distinct",
     "load",
     "markdown",
     "merge",

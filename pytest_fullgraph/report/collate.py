@@ -8,6 +8,7 @@ are diffed against each other, so the summary says which release changed which v
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,9 @@ from pytest_fullgraph.report.gate import diff, refresh_command
 from pytest_fullgraph.report.merge import merge
 from pytest_fullgraph.report.render import markdown
 from pytest_fullgraph.report.schema import JSON_NAME, Report, ReportError
+
+#: A path the shell left as typed because its glob matched no file.
+_PATTERN = re.compile(r"[*?[]")
 
 
 def group_name(report: Report) -> str:
@@ -38,32 +42,43 @@ class Collated:
     summary: list[str] = field(default_factory=list)
     failed: bool = False
     merged: dict[str, Path] = field(default_factory=dict)
+    #: the reports and baselines that could not be read, each as one line naming the file: bad input, which the
+    #: command line exits 2 on rather than 1 (a broken file is not a regression)
+    unreadable: list[str] = field(default_factory=list)
 
     def fail(self, line: str) -> None:
         """Something that must fail the run, said in the summary."""
         self.failed = True
         self.summary.append(line)
 
+    def cannot_read(self, what: str, error: ReportError) -> None:
+        self.unreadable.append(str(error))
+        self.fail(f"**Unreadable {what}:** {error}")
+
 
 def collate(reports: Iterable[Path], output: Path, baselines: Path | None = None,
             expect: Iterable[str] = ()) -> Collated:
     """Merge ``reports`` (``fullgraph-report.json`` files) per group into ``output/<group>/``, gate each against
-    its baseline, and diff the torch releases of each tier. The run fails on a report that cannot be read (its
-    shard's checks would be missing), a group of ``expect`` with no report, a group with shards missing, and a
-    regression against a baseline."""
+    its baseline, and diff the torch releases of each tier. The run fails on a report or baseline that cannot be
+    read (its shard's checks would be missing; ``unreadable`` names them), a group of ``expect`` with no report, a
+    group with shards missing, and a regression against a baseline."""
     result = Collated()
     groups: dict[str, list[tuple[str, Report]]] = {}
     for path in sorted(reports):
+        if not path.exists() and _PATTERN.search(str(path)):
+            continue  # the shell's glob matched nothing (`reports/*/...` with no shard uploaded): no report
         try:
             report = load(path)
         except ReportError as error:
-            result.fail(f"**Unreadable report:** {error}")
+            result.cannot_read("report", error)
             continue
         groups.setdefault(group_name(report), []).append((str(path), report))
-    if not groups:
+    if not groups and not result.unreadable:
         result.fail("**No reports:** no shard uploaded a fullgraph-report.json")
+    # an unreadable report may be the expected group's: which group a file is, only its contents say
+    unknown = f", or its reports are among the {len(result.unreadable)} unreadable" if result.unreadable else ""
     for name in sorted(set(expect) - set(groups)):
-        result.fail(f"**Missing:** no report of {name} arrived (every shard of it failed to upload)")
+        result.fail(f"**Missing:** no report of {name} arrived (every shard of it failed to upload{unknown})")
     merged_reports: dict[str, Report] = {}
     for name, shards in sorted(groups.items()):
         try:
@@ -90,7 +105,12 @@ def _gate(name: str, merged: Report, merged_path: Path, baselines: Path | None, 
     if not baseline_path.is_file():
         return [f"No baseline for {name}: to start gating it, commit this run's merged report: "
                 f"`{refresh_command(str(baseline_path), str(merged_path))}`", ""]
-    gate = diff(load(baseline_path), merged)
+    try:
+        baseline = load(baseline_path)
+    except ReportError as error:
+        result.cannot_read("baseline", error)
+        return ["", f"{name} is not gated: its baseline cannot be read", ""]
+    gate = diff(baseline, merged)
     result.failed |= gate.failed
     lines = [f"### Gate against {baseline_path}: {gate.summary()}", ""]
     lines += [f"- {line}" for line in [*gate.regressions, *gate.improvements, *gate.notes]]

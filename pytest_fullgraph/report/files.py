@@ -7,6 +7,7 @@ import gzip
 import json
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from pytest_fullgraph.report.render import markdown
@@ -35,6 +36,19 @@ def load(path: str | Path) -> Report:
     except ValueError as error:
         raise ReportError(f"{path}: not valid JSON ({error})") from None
     return Report.from_dict(data, str(path))
+
+
+def distinct(paths: Iterable[str | Path]) -> list[Path]:
+    """``paths`` as given, when no file is among them twice (compared resolved: ``a.json`` and ``./a.json`` are one
+    file); a file given twice raises ``ReportError``, since merging a report with itself is a mistake in the command
+    (a glob that overlaps a name), not a merge."""
+    seen: dict[Path, Path] = {}
+    for path in map(Path, paths):
+        earlier = seen.setdefault(path.resolve(), path)
+        if earlier is not path:
+            same = "twice" if str(earlier) == str(path) else f"twice (as {earlier} and {path})"
+            raise ReportError(f"{path}: the same report given {same}; give each report once")
+    return list(seen.values())
 
 
 def _umask() -> int:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_fullgraph.report import JSON_NAME, Report, ReportError, load, merge, write_atomic
+from pytest_fullgraph.report import JSON_NAME, Report, ReportError, distinct, load, merge, write_atomic
 from pytest_fullgraph.report.audit import disagreements, model_summaries
 from pytest_fullgraph.report.releases import level_order, release_section
 from pytest_fullgraph.report.tables import grouped_sites
@@ -92,7 +92,7 @@ def command_line(reports: Sequence[Path], releases: Sequence[Path], output: Path
 def generate(reports: Sequence[Path], releases: Sequence[Path] = (), output: Path | None = None,
              sites: int = DEFAULT_SITES) -> str:
     """The whole page from the paths the command line takes (see ``report_files``)."""
-    run = [(shown(path), load(path)) for given in reports for path in report_files(given)]
+    run = [(shown(path), load(path)) for path in distinct(path for given in reports for path in report_files(given))]
     by_release = [(shown(path), load(path)) for given in releases for path in report_files(given, releases=True)]
     return findings(run, by_release, command_line(reports, releases, output, sites), sites)
 

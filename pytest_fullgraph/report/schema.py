@@ -12,6 +12,7 @@ from typing import Any
 
 from pytest_fullgraph.break_help import BreakHelp
 from pytest_fullgraph.report.audit import model_summaries
+from pytest_fullgraph.report.validate import problem, record_problem
 from pytest_fullgraph.results import READABLE_SCHEMA_VERSIONS, SCHEMA, SCHEMA_VERSION, CheckResult
 
 JSON_NAME = "fullgraph-report.json"
@@ -75,10 +76,17 @@ class Report:
         a report of a version this package reads."""
         if not isinstance(data, dict) or data.get("schema") != SCHEMA:
             raise ReportError(f"{source}: not a pytest_fullgraph report (expected \"schema\": \"{SCHEMA}\")")
-        if data.get("version") not in READABLE_SCHEMA_VERSIONS:
-            raise ReportError(f"{source}: report schema version {data.get('version')!r} is not supported; "
-                              f"this pytest_fullgraph reads versions "
-                              f"{', '.join(map(str, READABLE_SCHEMA_VERSIONS))}")
+        version = data.get("version")
+        if isinstance(version, bool) or version not in READABLE_SCHEMA_VERSIONS:
+            readable = f"{READABLE_SCHEMA_VERSIONS[0]} to {READABLE_SCHEMA_VERSIONS[-1]}"
+            if isinstance(version, int) and version > SCHEMA_VERSION:
+                raise ReportError(f"{source}: written by a newer pytest_fullgraph (report schema version {version}; "
+                                  f"this one reads {readable}): upgrade pytest_fullgraph to read it")
+            raise ReportError(f"{source}: report schema version {version!r} is not supported; this pytest_fullgraph "
+                              f"reads versions {readable}")
+        found = _problem(data)
+        if found:
+            raise ReportError(f"{source}: malformed report: {found}")
         try:
             checks = [CheckResult.from_dict(item) for item in data["checks"]]
             run = dict(data.get("run") or {"exitstatus": None, "interrupted": False})
@@ -87,3 +95,29 @@ class Report:
                        stored)
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise ReportError(f"{source}: malformed report ({type(error).__name__}: {error})") from None
+
+
+#: The top-level fields a report must have, and those it may have, with their shapes.
+_REQUIRED = {"environment": dict[str, Any], "checks": list[Any]}
+_OPTIONAL = {"run": dict[str, Any] | None, "crashed_workers": list[dict[str, str]],
+             "break_help": dict[str, dict[str, Any]] | None}
+
+
+def _problem(data: dict[str, Any]) -> str | None:
+    """The first field of a report's JSON that is missing or of the wrong shape, as ``checks[3].outcome:
+    missing`` (naming the check when its identity is readable), or None."""
+    missing = [name for name in _REQUIRED if name not in data]
+    if missing:
+        return f"{missing[0]}: missing"
+    fields = {**_REQUIRED, **_OPTIONAL}
+    found = next((each for name, hint in fields.items() if name in data
+                  and (each := problem(data[name], hint, name))), None)
+    if found:
+        return found
+    for index, item in enumerate(data["checks"]):
+        found = record_problem(item, CheckResult, f"checks[{index}]")
+        if found:
+            identity = [item.get(key) for key in ("model", "scenario", "level")] if isinstance(item, dict) else []
+            named = [each for each in identity if isinstance(each, str)]
+            return f"{found} (check {'-'.join(named)})" if identity and len(named) == len(identity) else found
+    return None

@@ -1,7 +1,9 @@
 """pytest's terminal summary of a report: a compact matrix, the most widespread break sites with PyTorch's hint,
-flag disagreements, CUDA-graph skips, crashed workers."""
+flag disagreements, why checks were skipped, CUDA-graph skips, crashed workers."""
 
 from __future__ import annotations
+
+from collections import Counter
 
 from pytest_fullgraph.report.audit import disagreements, model_summaries
 from pytest_fullgraph.report.schema import Report
@@ -15,7 +17,7 @@ from pytest_fullgraph.report.tables import (
     inside_text,
     rows,
 )
-from pytest_fullgraph.results import BREAK, MISMATCH, OUTCOMES, CheckResult
+from pytest_fullgraph.results import BREAK, MISMATCH, OUTCOMES, SKIP, CheckResult
 
 
 def short_cell(result: CheckResult | None) -> str:
@@ -54,6 +56,11 @@ def terminal_lines(report: Report, top_sites: int = 5) -> list[str]:
     if disagreeing:
         lines.append(f"_can_compile_fullgraph disagrees with the verdicts for {len(disagreeing)} model(s):")
         lines += [f"  {summary.model}: {summary.disagreement}" for summary in disagreeing]
+    skipped = Counter(result.message for result in checks if result.outcome == SKIP)
+    for reason, count in skipped.most_common(top_sites):  # a skip cell says nothing of why
+        lines.append(f"skipped {count} check(s): {reason}")
+    if len(skipped) > top_sites:
+        lines.append(f"skipped for {len(skipped) - top_sites} more reason(s): see the report")
     for reason, ids in cudagraph_skips(checks):
         lines.append(f"CUDA graphs skipped in {len(ids)} check(s): {reason}")
     for worker in report.crashed_workers:
