@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_fullgraph.suggest import did_you_mean
+
 if TYPE_CHECKING:
     import torch
     from torch.export import ExportedProgram
@@ -154,6 +156,9 @@ def load_generate(path: str | Path) -> Callable[..., torch.Tensor]:
     dtypes than those it was exported for.
     """
     artifact = Path(path)
+    if not artifact.exists():  # said before the metadata beside it is looked for: the program is what is missing
+        raise ArtifactError(f"{artifact}: no such artifact{_near(artifact)}; load_generate takes the path "
+                            "save_generate returned, or a file --fullgraph-artifacts wrote")
     metadata = read_metadata(artifact)
     current = _versions()
     for package in ("torch", "transformers"):
@@ -167,6 +172,13 @@ def load_generate(path: str | Path) -> Callable[..., torch.Tensor]:
         raise ArtifactError(f"{artifact}: cannot load the {metadata['runtime']} artifact ({type(error).__name__}: "
                             f"{str(error).splitlines()[0] if str(error) else ''})") from None
     return _checked(program, metadata, str(artifact))
+
+
+def _near(artifact: Path) -> str:
+    """`` (did you mean ...?)`` with the artifacts beside a missing one whose names are close to its name."""
+    suffixes = tuple(runtime.suffix for runtime in RUNTIMES.values())
+    beside = [path.name for path in artifact.parent.iterdir()] if artifact.parent.is_dir() else []
+    return did_you_mean(artifact.name, [name for name in beside if name.endswith(suffixes)])
 
 
 def fits(shape: Sequence[int], ranges: list[list[int | None]]) -> bool:

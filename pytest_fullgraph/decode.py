@@ -28,7 +28,7 @@ from transformers.cache_utils import StaticCache
 
 from pytest_fullgraph import loop_processors, loop_state, loop_tracing
 from pytest_fullgraph.generation import UnsupportedGeneration
-from pytest_fullgraph.modeling import forward_parameters, initial_positions
+from pytest_fullgraph.modeling import forward_parameters, initial_positions, missing_cache_message
 
 if TYPE_CHECKING:
     from transformers import GenerationConfig, PreTrainedModel
@@ -153,7 +153,7 @@ def prepare(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: tor
     eos = config._eos_token_tensor
     parameters = forward_parameters(model)
     if "cache" not in parameters:
-        raise UnsupportedGeneration(f"{type(model).__name__}.forward takes no `cache` argument")
+        raise UnsupportedGeneration(missing_cache_message(model, parameters))
     stop_strings = None
     if config.stop_strings is not None:
         if tokenizer is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -67,6 +68,33 @@ def forward_parameters(model: PreTrainedModel) -> set[str]:
         if named:
             return named
     return set()
+
+
+def defined_at(function: Any) -> str:
+    """Where ``function`` is defined, as ``file:line`` from its package's directory (``transformers/models/...``)
+    or, for a module outside any package (a conftest.py), from the working directory: a message points at the
+    code and carries no machine's paths; "" when Python cannot say."""
+    try:
+        path, line = Path(inspect.getsourcefile(function) or ""), inspect.getsourcelines(function)[1]
+    except (OSError, TypeError):
+        return ""
+    package = str(getattr(function, "__module__", "")).partition(".")[0]
+    found = [index for index, part in enumerate(path.parts[:-1]) if part == package]
+    if found:
+        return f"{Path(*path.parts[found[-1]:])}:{line}"
+    with contextlib.suppress(ValueError):
+        return f"{path.resolve().relative_to(Path.cwd().resolve())}:{line}"
+    return f"{path.name}:{line}" if path.name else ""
+
+
+def missing_cache_message(model: PreTrainedModel, parameters: set[str]) -> str:
+    """Why a model whose forward takes no ``cache`` cannot run our loop, naming its class, where its forward is,
+    and what to add."""
+    forward = type(model).forward
+    where = defined_at(forward)
+    older = ", only the older `past_key_values`" if "past_key_values" in parameters else ""
+    return (f"{type(model).__name__}.forward{f' ({where})' if where else ''} takes no `cache` argument{older}: "
+            "the loop passes its static cache as forward(..., cache=...), as transformers 5's causal LMs take it")
 
 
 def initial_positions(attention_mask: torch.Tensor) -> torch.Tensor:

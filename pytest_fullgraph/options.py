@@ -290,24 +290,27 @@ def resolve_settings(chosen: Mapping[str, Chosen], registry: Registry,
 
 
 def select_models(chosen: Mapping[str, Chosen], registry: Registry) -> tuple[str, ...]:
-    """``--fullgraph-models`` less ``--fullgraph-exclude``, with every checkpoint, sorted.
-
-    Checkpoints alone replace the default selection: the tiny defaults are not what was asked for.
-    """
+    """``--fullgraph-models`` less ``--fullgraph-exclude``, with every checkpoint, sorted; each error names the
+    option (or ini key) it comes from. Checkpoints alone replace the default selection: the tiny defaults are not
+    what was asked for."""
     models, exclude = chosen["fullgraph_models"], chosen["fullgraph_exclude"]
-    pretrained = tuple(chosen["fullgraph_pretrained"].value)
-    if exclude.value is not None:
-        try:
-            registry.select(exclude.value)  # its bad entries are named with its own source
-        except ValueError as error:
-            raise pytest.UsageError(f"{exclude.source}: {error}") from None
+    pretrained = set(chosen["fullgraph_pretrained"].value)
+    excluded = _resolve(registry, exclude) if (exclude.value or "").strip() else set()
     if not models.source and pretrained:
         return tuple(sorted(pretrained))
+    selected = _resolve(registry, models)
+    if not (selected - excluded) | pretrained:
+        selector = models.source or OPTION["fullgraph_models"].flag
+        raise pytest.UsageError(f"{exclude.source}={exclude.value!r} leaves none of the {len(selected)} model(s) "
+                                f"selected by {selector}={models.value!r}; exclude fewer")
+    return tuple(sorted((selected - excluded) | pretrained))
+
+
+def _resolve(registry: Registry, option: Chosen) -> set[str]:
     try:
-        selected = registry.select(models.value, exclude.value or "")
+        return registry.resolve(option.value)
     except ValueError as error:
-        raise pytest.UsageError(f"{models.source or OPTION['fullgraph_models'].flag}: {error}") from None
-    return tuple(sorted(set(selected) | set(pretrained)))
+        raise pytest.UsageError(f"{option.source or OPTION['fullgraph_models'].flag}: {error}") from None
 
 
 # --- the two steps with effects, which pytest_configure runs between reading and resolving ----------------------

@@ -15,6 +15,7 @@ import pytest
 
 from pytest_fullgraph import scenarios, shard
 from pytest_fullgraph.models import pretrained
+from pytest_fullgraph.suggest import did_you_mean, spelled
 
 #: Device types ``--fullgraph-device`` takes; others (mps, xpu) are untested here and refused by name.
 DEVICE_TYPES = ("cpu", "cuda")
@@ -70,15 +71,19 @@ class Choice:
 
     def __call__(self, value: str, source: str) -> str | tuple[str, ...]:
         if not self.many:
-            if value.strip() not in self.choices:
-                raise pytest.UsageError(f"{source}={value!r} is not {self.what}; use one of {', '.join(self.choices)}")
-            return value.strip()
-        chosen = [part.strip() for part in value.split(",") if part.strip()]
-        bad = [part for part in chosen if part not in self.choices]
-        if bad or not chosen:
-            raise pytest.UsageError(f"{source}={value!r}: {', '.join(map(repr, bad)) or 'nothing'} is not "
-                                    f"{self.what}; use a comma list of {', '.join(self.choices)}")
-        return tuple(dict.fromkeys(chosen))
+            text = value.strip()
+            chosen = spelled(text, self.choices)  # INDUCTOR is inductor
+            if chosen is None:
+                raise pytest.UsageError(f"{source}={value!r} is not {self.what}{did_you_mean(text, self.choices)}; "
+                                        f"use one of {', '.join(self.choices)}")
+            return chosen
+        given = [part.strip() for part in value.split(",") if part.strip()]
+        bad = [part for part in given if spelled(part, self.choices) is None]
+        if bad or not given:
+            named = ", ".join(f"{part!r}{did_you_mean(part, self.choices)}" for part in bad) or "nothing"
+            raise pytest.UsageError(f"{source}={value!r}: {named} is not {self.what}; use a comma list of "
+                                    f"{', '.join(self.choices)}")
+        return tuple(dict.fromkeys(spelled(part, self.choices) or part for part in given))
 
 
 def parse_device(value: str, source: str) -> str:

@@ -301,6 +301,7 @@ def fullgraph_check(request: pytest.FixtureRequest) -> Callable[..., CheckResult
 
     def run(model: str, scenario: str, level: str, dtype: str = DEFAULT_DTYPE, *,
             verdict: bool = True) -> CheckResult:
+        __tracebackhide__ = True  # a verdict (a skip's `-rs` line) is located at the test's call, not in here
         result = fullgraph_session.run(model, scenario, level, dtype)
         request.node.stash.setdefault(RESULTS_KEY, []).append(result)
         if not fullgraph_session.is_worker:
@@ -320,6 +321,7 @@ def fullgraph_check(request: pytest.FixtureRequest) -> Callable[..., CheckResult
 def apply_verdict(result: CheckResult, *, strict: bool) -> None:
     """pass → pass; skip (a known limitation, a dtype without kernels) → skip; break → xfail (fail when strict);
     mismatch, error, nondeterministic → fail."""
+    __tracebackhide__ = True
     if result.outcome == PASS:
         return
     if result.outcome == SKIP:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_fullgraph.models.tiny import FIRST_PROMPT_ID
+from pytest_fullgraph.suggest import LIST_SCENARIOS, did_you_mean, spelled
 
 
 @dataclass(frozen=True)
@@ -191,24 +192,27 @@ BASIC = tuple(name for name, scenario in SCENARIOS.items() if scenario.basic)
 
 
 def select_scenarios(expression: str) -> tuple[str, ...]:
-    """The scenario names a comma list of names, ``all``, ``basic`` and glob patterns selects, in table order;
-    ``ValueError`` naming every entry that selects nothing, and what is valid."""
+    """The scenario names a comma list of names (in any case), ``all``, ``basic`` and glob patterns selects, in
+    table order; ``ValueError`` naming every entry that selects nothing, with close names."""
     entries = [entry.strip() for entry in expression.split(",") if entry.strip()]
     chosen: set[str] = set()
     problems: list[str] = []
     for entry in entries:
-        if entry == "all":
+        key, glob = entry.lower(), any(character in entry for character in "*?[")
+        if key == "all":
             matched = set(SCENARIOS)
-        elif entry == "basic":
+        elif key == "basic":
             matched = set(BASIC)
+        elif glob:
+            matched = {name for name in SCENARIOS if fnmatch.fnmatchcase(name, key)}
         else:
-            matched = set(fnmatch.filter(SCENARIOS, entry)) if any(c in entry for c in "*?[") else (
-                {entry} & set(SCENARIOS))
+            name = spelled(entry, SCENARIOS)
+            matched = {name} if name else set()
         if not matched:
-            problems.append(entry)
+            problems.append(f"{entry!r} matches no scenario" if glob
+                            else f"unknown scenario {entry!r}{did_you_mean(entry, SCENARIOS)}")
         chosen |= matched
     if problems or not entries:
-        raise ValueError(f"unknown scenario(s): {', '.join(problems) or 'none given'}; valid: all, basic (the "
-                         f"default: {', '.join(BASIC)}), glob patterns such as top_*, or one of "
-                         f"{', '.join(SCENARIOS)}")
+        raise ValueError(f"{', '.join(problems) or 'no scenario given'}; valid: all, basic (the default), globs "
+                         f"such as top_*, or a name: {LIST_SCENARIOS} lists all {len(SCENARIOS)}")
     return tuple(name for name in SCENARIOS if name in chosen)

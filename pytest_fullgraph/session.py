@@ -74,7 +74,7 @@ class FullgraphSession:
         """What became of model ``name`` in ``dtype`` (built, failed, unavailable); a name or dtype this run does
         not know is a usage error."""
         if name not in self.registry:
-            raise pytest.UsageError(f"unknown model {name!r}; {self.registry.describe_choices()}")
+            raise pytest.UsageError(self.registry.unknown(name))
         if dtype not in DTYPES:
             raise pytest.UsageError(f"unknown dtype {dtype!r}; valid: {', '.join(DTYPES)}")
         return self.models.get(name, dtype)

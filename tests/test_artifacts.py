@@ -196,6 +196,15 @@ def test_missing_or_foreign_metadata_is_refused(tmp_path: Path, metadata: str | 
         load_generate(artifact)
 
 
+def test_a_missing_program_is_named_before_its_metadata(tmp_path: Path) -> None:
+    with pytest.raises(ArtifactError, match=r"nothere.pt2: no such artifact; load_generate takes the path "
+                                            r"save_generate returned, or a file --fullgraph-artifacts wrote$"):
+        load_generate(tmp_path / "nothere.pt2")
+    (tmp_path / "llama-greedy-export.pt2").write_bytes(b"")
+    with pytest.raises(ArtifactError, match=r"no such artifact \(did you mean llama-greedy-export.pt2\?\)"):
+        load_generate(tmp_path / "llama-greedy-export")
+
+
 def test_only_what_export_generate_returned_can_be_saved(exported: dict[str, Any], tmp_path: Path) -> None:
     with pytest.raises(ArtifactError, match="save_generate takes what export_generate returned"):
         save_generate(lambda ids, mask: ids, tmp_path / "x")
@@ -253,4 +262,4 @@ def test_the_suite_saves_for_the_runtime_chosen(toy_project: pytest.Pytester, tm
     result = toy_project.runpytest("--fullgraph-models=toy", "--fullgraph-artifact-runtime=pte")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        ["*--fullgraph-artifact-runtime='pte' is not an artifact runtime; use one of pt2, aoti*"])
+        ["*--fullgraph-artifact-runtime='pte' is not an artifact runtime (did you mean pt2?); use one of pt2, aoti*"])

@@ -85,17 +85,30 @@ def test_selection(expression: str, expected: tuple[str, ...]) -> None:
     assert select_scenarios(expression) == expected
 
 
-@pytest.mark.parametrize("expression", ["nope", "top_*,nope", "", "x*"])
-def test_bad_selection_names_the_entry_and_what_is_valid(expression: str) -> None:
-    with pytest.raises(ValueError, match=r"unknown scenario\(s\): .*valid: all, basic"):
+@pytest.mark.parametrize(("expression", "problem"), [
+    ("nope", "unknown scenario 'nope'"),
+    ("top_*,gredy", r"unknown scenario 'gredy' \(did you mean greedy\?\)"),
+    ("", "no scenario given"),
+    ("x*", r"'x\*' matches no scenario"),
+])
+def test_bad_selection_names_the_entry_close_names_and_what_is_valid(expression: str, problem: str) -> None:
+    with pytest.raises(ValueError, match=rf"^{problem}; valid: all, basic \(the default\), globs such as top_\*, or a "
+                                         rf"name: python -m pytest_fullgraph scenarios lists all {len(SCENARIOS)}$"):
         select_scenarios(expression)
+
+
+def test_scenario_names_and_keywords_match_in_any_case() -> None:
+    assert select_scenarios("Greedy,TOP_K") == ("greedy", "top_k")
+    assert select_scenarios("BASIC") == BASIC and select_scenarios("Top_*") == ("top_k", "top_p", "top_h")
 
 
 def test_the_option_selects_scenarios_and_a_bad_one_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_nothing(fullgraph_settings):\n    pass\n")
-    result = pytester.runpytest("--fullgraph-scenarios=greedy,nope")
+    result = pytester.runpytest("--fullgraph-scenarios=greedy,smaple")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert "--fullgraph-scenarios: unknown scenario(s): nope" in result.stderr.str()
+    result.stderr.fnmatch_lines(["ERROR: --fullgraph-scenarios: unknown scenario 'smaple' (did you mean sample*?); "
+                                 "valid: all, basic (the default), *"])
+    assert len(next(line for line in result.errlines if line.startswith("ERROR:"))) < 300
     pytester.makeini("[pytest]\nfullgraph_scenarios = top_k\n")
     collected = pytester.runpytest("--fullgraph-models=llama", "--fullgraph-suite=on", "--collect-only", "-q")
     ids = [line for line in collected.outlines if "test_generation_compiles_exactly" in line]
@@ -150,5 +163,7 @@ def test_the_scenarios_command_lists_the_table_and_names_a_bad_selection(capsys:
     assert main(["scenarios"]) == 0
     table = capsys.readouterr().out.splitlines()
     assert len(table) == len(SCENARIOS) and table[0].startswith("greedy ")
-    assert main(["scenarios", "nope"]) == 2
-    assert "unknown scenario(s): nope" in capsys.readouterr().err
+    assert main(["scenarios", "gredy"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("pytest_fullgraph: error: unknown scenario 'gredy' (did you mean greedy?); ")
+    assert error.count("\n") == 1 and len(error) < 300

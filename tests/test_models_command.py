@@ -36,7 +36,8 @@ def test_the_table_and_its_summary_line() -> None:
 def test_a_bad_selection_is_a_one_line_error() -> None:
     completed = run("lama")
     assert completed.returncode == 2
-    assert completed.stderr.startswith("pytest_fullgraph: error: unknown model name(s): lama (did you mean llama")
+    assert completed.stderr.startswith("pytest_fullgraph: error: unknown model 'lama' (did you mean llama, ")
+    assert "python -m pytest_fullgraph models --no-build lists all" in completed.stderr
     assert len(completed.stderr.strip().splitlines()) == 1
 
 

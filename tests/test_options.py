@@ -39,9 +39,16 @@ def header(result: pytest.RunResult) -> str:
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["--fullgraph-models=llama,nope"], ["unknown model name(s): nope", "llama", "gemma", "popular"]),
-        (["--fullgraph-models=,"], ["no model selected"]),
+        (["--fullgraph-models=llama,nope"], ["--fullgraph-models: unknown model 'nope'",
+                                             "python -m pytest_fullgraph models --no-build lists all"]),
+        (["--fullgraph-models=,"], ["--fullgraph-models: ',' selects no model"]),
         (["--fullgraph-backend=cuda"], ["'cuda' is not a known backend", "eager, aot_eager, inductor"]),
+        (["--fullgraph-backend=inductr"], ["--fullgraph-backend='inductr' is not a known backend (did you mean "
+                                           "inductor?); use one of eager, aot_eager, inductor"]),
+        (["--fullgraph-dtype=float32,bflaot16"], ["--fullgraph-dtype='float32,bflaot16': 'bflaot16' (did you mean "
+                                                  "bfloat16"]),
+        (["--fullgraph-breaks=frist"], ["'frist' is not a break mode (did you mean first?); use one of all, first"]),
+        (["--fullgraph-artifact-runtime=aot"], ["'aot' is not an artifact runtime (did you mean aoti?)"]),
         (["--fullgraph-max-new-tokens=0"], ["'0' is not a positive integer"]),
         (["--fullgraph-max-new-tokens=-3"], ["'-3' is not a positive integer"]),
         (["--fullgraph-max-new-tokens=four"], ["'four' is not a positive integer"]),
@@ -57,6 +64,16 @@ def test_bad_option_values_are_usage_errors(pytester: pytest.Pytester, args: lis
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     for text in expected:
         assert text in result.stderr.str()
+    errors = [line for line in result.errlines if line.startswith("ERROR:")]
+    assert len(errors) == 1 and len(errors[0]) < 300, errors  # one line that says what to do
+
+
+def test_choices_are_taken_in_any_case(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(HEADER_TEST)
+    result = run_here(pytester, "--fullgraph-backend=EAGER", "--fullgraph-dtype=Float32,BFLOAT16",
+                      "--fullgraph-breaks=First")
+    assert result.ret == 0, result.stderr.str()
+    assert "backend=eager " in header(result) and "dtypes=float32,bfloat16" in header(result)
 
 
 def test_bad_run_slow_value_names_variable_and_value(pytester: pytest.Pytester,

@@ -83,3 +83,13 @@ def test_a_missing_or_unreadable_directory_is_a_usage_error_naming_it(pytester: 
                                  "there (*Error: *"])
     result = pytester.runpytest(f"--fullgraph-pretrained=llama={empty}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_a_name_already_taken_says_to_pick_another_not_a_python_argument(pytester: pytest.Pytester,
+                                                                         checkpoint: Path) -> None:
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest(f"--fullgraph-pretrained=llama={checkpoint}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: --fullgraph-pretrained: llama={checkpoint}: 'llama' is already a model's "
+                                 f"name; give the checkpoint another NAME, e.g. my_llama={checkpoint}"])
+    assert "replace=True" not in result.stderr.str()

@@ -53,6 +53,40 @@ def test_registering_a_builtin_name_needs_replace(pytester: pytest.Pytester) -> 
     assert "model 'llama' is already registered; pass replace=True" in result.stdout.str() + result.stderr.str()
 
 
+OLD_STYLE_CONFTEST = """\
+from transformers import LlamaForCausalLM
+from pytest_fullgraph import build_tiny, register_model
+
+
+class OldStyleLM(LlamaForCausalLM):
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None, **kwargs):
+        return super().forward(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                               **kwargs)
+
+
+def build():
+    model = build_tiny("llama")
+    model.__class__ = OldStyleLM
+    return model
+
+
+register_model("oldstyle", build)
+"""
+
+
+def test_a_forward_without_cache_is_a_skip_naming_the_class_its_code_and_the_test(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(OLD_STYLE_CONFTEST)
+    pytester.makepyfile(test_mine="def test_decode(fullgraph_check):\n    fullgraph_check('oldstyle', 'greedy', "
+                                  "'decode')\n")
+    result = pytester.runpytest(str(pytester.path), "-rs", "--fullgraph-models=oldstyle", "-p", "no:cacheprovider")
+    result.assert_outcomes(skipped=1)
+    # -rs points at the test's own call and the model's forward, not into the plugin
+    result.stdout.fnmatch_lines(["SKIPPED [[]1[]] test_mine.py:2: oldstyle: unsupported by fullgraph_generate: "
+                                 "OldStyleLM.forward (conftest.py:6) takes no `cache` argument, only the older "
+                                 "`past_key_values`: the loop passes its static cache as forward(..., cache=...)*"])
+    assert "pytest_fullgraph" not in next(line for line in result.outlines if line.startswith("SKIPPED"))
+
+
 def test_plugin_listed_twice_is_registered_once(pytester: pytest.Pytester) -> None:
     pytester.makeconftest("pytest_plugins = ['pytest_fullgraph.plugin']\n")
     pytester.makepyfile("def test_x(fullgraph_settings):\n    pass\n")

@@ -7,7 +7,6 @@ How a model type is made tiny is in ``build``; the data behind it (the generic s
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from pytest_fullgraph.models.build import (
 )
 from pytest_fullgraph.models.tags import TAG_MEANINGS, derived_tags
 from pytest_fullgraph.models.tiny import RECORDS
+from pytest_fullgraph.suggest import LIST_MODELS, close_names, did_you_mean, is_typo, spelled
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -178,48 +178,69 @@ class Registry:
     def select(self, expression: str, exclude: str = "") -> tuple[str, ...]:
         """The sorted model names that ``expression`` selects, less those ``exclude`` selects.
 
-        Both are comma lists of names, keywords (``all``, ``popular``), glob patterns (``qwen*``) and tags
-        (``tag:moe``). Raises ``ValueError`` naming every entry that selects nothing and what is valid.
+        Both are comma lists of names (in any case: ``LLAMA`` is llama), keywords (``all``, ``popular``), glob
+        patterns (``qwen*``) and tags (``tag:moe``). Raises ``ValueError`` naming every entry that selects
+        nothing, with close names.
         """
-        if not _split(expression):
-            raise ValueError(f"no model selected by {expression!r}; {self.describe_choices()}")
-        selected = self._resolve(_split(expression)) - self._resolve(_split(exclude))
+        selected = self.resolve(expression) - (self.resolve(exclude) if exclude.strip() else set())
         if not selected:
-            raise ValueError(f"{expression!r} without {exclude!r} leaves no model")
+            raise ValueError(f"excluding {exclude!r} leaves none of the models {expression!r} selects")
         return tuple(sorted(selected))
 
-    def _resolve(self, entries: list[str]) -> set[str]:
+    def resolve(self, expression: str) -> set[str]:
+        """The names one comma list selects; a ``ValueError`` for an empty list or an entry that selects none."""
+        entries = _split(expression)
+        if not entries:
+            raise ValueError(f"{expression!r} selects no model; give names, all, popular, tag:TAG or a glob "
+                             f"such as qwen* ({LIST_MODELS} lists them)")
         selected: set[str] = set()
         problems: list[str] = []
         for entry in entries:
             matched = self._matches(entry)
-            if matched is None:
-                close = difflib.get_close_matches(entry, self.names(), n=3)
-                problems.append(f"{entry} (did you mean {' or '.join(close)}?)" if close else entry)
-            elif not matched:
-                problems.append(f"{entry} (selects no model)")
+            if not matched:
+                problems.append(self._problem(entry, matched))
             selected.update(matched or ())
         if problems:
-            raise ValueError(f"unknown model name(s): {', '.join(problems)}; {self.describe_choices()} "
-                             f"({REGISTRATION_HINT})")
+            # a name that is no typo of a registered one may be the user's own model, registered too late
+            stranger = any(self._matches(entry) is None and not is_typo(entry, self.names()) for entry in entries)
+            raise ValueError(f"{', '.join(problems)}; {LIST_MODELS} lists all {len(self)} models"
+                             + (f"; a model of your own: {SHORT_REGISTRATION_HINT}" if stranger else ""))
         return selected
 
-    def _matches(self, entry: str) -> set[str] | None:
-        """The names one entry selects; ``None`` for a name that is not registered."""
-        if entry == "all":
-            return set(self.names())
-        if entry == "popular" or entry.startswith(TAG_PREFIX):
-            tag = entry.removeprefix(TAG_PREFIX)
-            return {name for name in self.names() if tag in self.tags_of(name)}
-        if any(character in entry for character in GLOB_CHARACTERS):
-            return set(fnmatch.filter(self.names(), entry))
-        return {entry} if entry in self else None
+    def _problem(self, entry: str, matched: set[str] | None) -> str:
+        """What is wrong with an entry that selects nothing, with close names when there are."""
+        if entry.lower().startswith(TAG_PREFIX):
+            tag, tags = entry[len(TAG_PREFIX):].lower(), [tag.lower() for tag in self.all_tags()]
+            if tag in tags:
+                return f"no model has {entry!r}"
+            close = close_names(tag, tags)
+            return f"unknown tag {entry!r}" + (f" (did you mean {', '.join(TAG_PREFIX + t for t in close)}?)"
+                                              if close else "")
+        if matched is None:
+            return f"unknown model {entry!r}{did_you_mean(entry, self.names())}"
+        return f"{entry!r} matches no model"
 
-    def describe_choices(self) -> str:
-        names = self.names()
-        return (f"valid: {', '.join(KEYWORDS)} (keywords), glob patterns such as qwen*, "
-                f"{', '.join(TAG_PREFIX + tag for tag in self.all_tags())}, or one of the {len(names)} "
-                f"registered names: {', '.join(names)}")
+    def _matches(self, entry: str) -> set[str] | None:
+        """The names one entry selects; ``None`` for a name that is not registered in any case."""
+        key = entry.lower()
+        if key == "all":
+            return set(self.names())
+        if key == "popular" or key.startswith(TAG_PREFIX):
+            tag = key.removeprefix(TAG_PREFIX)
+            return {name for name in self.names() if tag in {own.lower() for own in self.tags_of(name)}}
+        if any(character in entry for character in GLOB_CHARACTERS):
+            return {name for name in self.names() if fnmatch.fnmatchcase(name.lower(), key)}
+        name = self.spelling(entry)
+        return None if name is None else {name}
+
+    def spelling(self, name: str) -> str | None:
+        """The registered name ``name`` spells: itself, or the one name equal to it in another case."""
+        return name if name in self else spelled(name, self.names())
+
+    def unknown(self, name: str) -> str:
+        """A one-line message for a model name this registry does not know."""
+        return (f"unknown model {name!r}{did_you_mean(name, self.names())}; {LIST_MODELS} lists all "
+                f"{len(self)} models")
 
 
 def builtin_registry() -> Registry:
@@ -236,6 +257,9 @@ _registrations_closed = False
 REGISTRATION_HINT = ("models are registered before collection: from the rootdir conftest.py (or one next to "
                      "the paths on the command line), a plugin, or the pytest_fullgraph_register_models hook; "
                      "a conftest.py in a sub-directory is loaded too late")
+#: The same, short enough for the one-line message about an unknown name.
+SHORT_REGISTRATION_HINT = ("register it in the rootdir conftest.py or a plugin (a sub-directory's conftest.py loads "
+                           "too late)")
 
 
 def register_model(

@@ -74,10 +74,10 @@ def register_directories(registry: Registry, directories: Mapping[str, Path], so
     """
     names = []
     for name, directory in directories.items():
+        if name in registry:  # replace=True is Python's way out; on the command line, another name is
+            raise ValueError(f"{source}: {name}={directory}: {name!r} is already a model's name; give the "
+                             f"checkpoint another NAME, e.g. my_{name}={directory}")
         model_type = check_directory(name, directory, source)
-        try:
-            registry.register(name, loader(directory), family=model_type, tags=(PRETRAINED_TAG,))
-        except ValueError as error:
-            raise ValueError(f"{source}: {error}") from None
+        registry.register(name, loader(directory), family=model_type, tags=(PRETRAINED_TAG,))
         names.append(name)
     return tuple(names)
