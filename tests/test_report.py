@@ -426,3 +426,18 @@ def test_the_terminal_summary_says_why_checks_were_skipped() -> None:
     assert "skipped 2 check(s): float16 cannot run here" in lines
     assert "skipped for 1 more reason(s): see the report" in lines
     assert not any("no cache argument" in line for line in lines)
+
+
+def test_break_sites_of_one_file_are_in_line_order() -> None:
+    """Sites sort by file and then by line as a number, not as text (":396" before ":2899")."""
+    from pytest_fullgraph.report.tables import grouped_sites, location_key
+
+    def broken_at(line: int) -> BreakRecord:
+        return BreakRecord("Unsupported", "Data-dependent branching", "GB0170", "m", "transformers/utils.py", line,
+                           "f", "", "generation")
+
+    checks = [CheckResult("llama", "greedy", "generate", "eager", 4, "break", breaks=[broken_at(line)])
+              for line in (2899, 396, 1452)]
+    assert [site["where"] for site in grouped_sites(checks)] == [
+        "transformers/utils.py:396", "transformers/utils.py:1452", "transformers/utils.py:2899"]
+    assert location_key("<unknown location>") == ("<unknown location>", 0)

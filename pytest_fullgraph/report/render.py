@@ -69,7 +69,7 @@ def markdown(report: Report) -> str:
              f"torch {env.get('torch')} · transformers {env.get('transformers')} · backend "
              f"`{env.get('backend')}` · max_new_tokens {env.get('max_new_tokens')} · dtypes "
              f"{','.join(env.get('dtypes') or [DEFAULT_DTYPE])} · device {env.get('device')} · "
-             f"{len(checks)} checks{_shard_text(env)}", ""]
+             f"{plural(len(checks), 'check')}{_shard_text(env)}", ""]
     if env.get("shards_missing"):
         lines += [f"**Incomplete:** shard(s) {', '.join(env['shards_missing'])} of this run are missing from the "
                   "merged report.", ""]

@@ -67,10 +67,16 @@ def grouped_sites(checks: list[CheckResult]) -> list[dict[str, Any]]:
             site["models"].add(result.model)
             site["checks"].add(result.check_id)
             site["root_cause"] |= record.root_cause
-    ordered = sorted(sites.values(), key=lambda s: (-len(s["checks"]), s["where"], s["gb_type"]))
+    ordered = sorted(sites.values(), key=lambda s: (-len(s["checks"]), location_key(s["where"]), s["gb_type"]))
     for site in ordered:
         site["models"], site["checks"] = sorted(site["models"]), sorted(site["checks"])
     return ordered
+
+
+def location_key(where: str) -> tuple[str, int]:
+    """``file:line`` ordered by file, then by line as a number (``utils.py:396`` before ``utils.py:2899``)."""
+    file, _, line = where.rpartition(":")
+    return (file, int(line)) if line.isdigit() else (where, 0)
 
 
 def inside_text(site: dict[str, Any]) -> str:
