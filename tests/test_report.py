@@ -441,3 +441,26 @@ def test_break_sites_of_one_file_are_in_line_order() -> None:
     assert [site["where"] for site in grouped_sites(checks)] == [
         "transformers/utils.py:396", "transformers/utils.py:1452", "transformers/utils.py:2899"]
     assert location_key("<unknown location>") == ("<unknown location>", 0)
+
+
+def test_a_merged_report_shows_levels_and_scenarios_in_the_order_a_run_does(tmp_path: Path) -> None:
+    """Report JSON stores its legend's keys sorted; merged, or read back, the matrix still reads forward, generate,
+    decode / greedy, sample, eos (not decode, export, forward / eos, greedy), as a single run's does."""
+    from pytest_fullgraph.report.tables import columns
+
+    checks = [CheckResult(model, scenario, level, "eager", 4, "pass")
+              for model in ("llama", "gemma") for level in ("forward", "generate", "decode")
+              for scenario in ("greedy", "sample", "eos")]
+    legend = {"levels": {name: name for name in ("decode", "forward", "generate")},
+              "scenarios": {name: name for name in ("eos", "greedy", "sample")}}
+    first = save(tmp_path / "a", [c for c in checks if c.model == "llama"])
+    second = save(tmp_path / "b", [c for c in checks if c.model == "gemma"])
+    for path in (first, second):  # the legend as the JSON stores it: keys sorted
+        data = json.loads(path.read_text())
+        data["environment"].update(legend)
+        path.write_text(json.dumps(data, sort_keys=True))
+    merged = report.merge([(str(first), report.load(first)), (str(second), report.load(second))])
+    expected = [(level, scenario) for level in ("forward", "generate", "decode")
+                for scenario in ("greedy", "sample", "eos")]
+    assert columns(merged) == expected
+    assert columns(report.load(first)) == expected

@@ -39,9 +39,11 @@ def canonical(values: set[str], order: Iterable[str]) -> list[str]:
 def columns(report: Report) -> list[tuple[str, str]]:
     checks = report.checks
     env = report.environment
-    # the report's own legend first; reports written before legends existed fall back to the built-in order
-    levels = canonical({r.level for r in checks}, [*(env.get("levels") or {}), *BUILTIN_LEVEL_NAMES])
-    scenarios = canonical({r.scenario for r in checks}, [*(env.get("scenarios") or {}), *SCENARIOS])
+    # the built-in order first, whatever order the legend's keys come in (a report's JSON stores them sorted, so a
+    # merged or re-read report would otherwise show decode, export, forward); levels and scenarios of one's own
+    # follow in the legend's order
+    levels = canonical({r.level for r in checks}, [*BUILTIN_LEVEL_NAMES, *(env.get("levels") or {})])
+    scenarios = canonical({r.scenario for r in checks}, [*SCENARIOS, *(env.get("scenarios") or {})])
     return [(level, scenario) for level in levels for scenario in scenarios]
 
 
