@@ -71,11 +71,14 @@ def _library_prefixes() -> tuple[str, ...]:
     candidates.update(p for p in sys.path if p.endswith(("site-packages", "dist-packages")))
     # This package's own parent: an editable install shows ``pytest_fullgraph/decode.py`` from any directory.
     candidates.add(str(Path(__file__).resolve().parent.parent))
+    # The standard library's parent: ``python3.11/copy.py``, not the machine's absolute path, in a report.
+    candidates.add(str(Path(sysconfig.get_paths()["stdlib"]).resolve().parent))
     return tuple(str(Path(p).resolve()) + "/" for p in candidates if p)
 
 
 def display_path(filename: str) -> str:
-    """Path relative to site-packages (``transformers/...``) or the working directory; else as given."""
+    """Path relative to site-packages (``transformers/...``), the standard library's directory
+    (``python3.11/copy.py``) or the working directory; else as given."""
     try:
         resolved = str(Path(filename).resolve())
     except OSError:

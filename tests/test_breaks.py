@@ -135,3 +135,17 @@ def test_a_higher_order_break_worded_by_older_torch_keeps_its_cause_from_the_mes
                                       "torch.compile. Got graph break/error:\n\nAttempted")
     assert inner_break(UncapturedHigherOrderOpError(newer, StackSummary())) == cause
     assert inner_break(ValueError("Got graph break/error: not a higher-order op's message")) is None
+
+
+def test_library_paths_are_shown_relative_to_their_package_or_the_standard_library() -> None:
+    """A report names ``transformers/...`` and ``python3.X/copy.py``, never the machine's absolute paths."""
+    import copy
+    import sys
+
+    import transformers
+
+    from pytest_fullgraph.breaks import display_path
+
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    assert display_path(copy.__file__) == f"{version}/copy.py"
+    assert display_path(transformers.__file__) == "transformers/__init__.py"
