@@ -73,6 +73,12 @@ class _Run:
         return self.scenario.seed
 
     @property
+    def reference(self) -> GenerationConfig:
+        """The level's reference config: set by the first phase, before any phase that runs the model again."""
+        assert self.config is not None
+        return self.config
+
+    @property
     def prompt_width(self) -> int:
         return int(self.inputs["input_ids"].shape[1])
 
@@ -206,8 +212,7 @@ def _deterministic(run: _Run, eager: torch.Tensor) -> bool:
     """Eager generation must equal itself on a second run, or exactness cannot be judged."""
     import torch
 
-    assert run.config is not None
-    again = generate(run.model, run.inputs, run.config, run.seed)
+    again = generate(run.model, run.inputs, run.reference, run.seed)
     if torch.equal(eager, again):
         return True
     result = run.result
@@ -225,8 +230,7 @@ def _own_loop_agrees(run: _Run, eager: torch.Tensor) -> bool:
     """
     import torch
 
-    level, config = run.level, run.config
-    assert config is not None
+    level, config = run.level, run.reference
     try:
         ours = seeded(run.seed, lambda: level.run_own_loop_eagerly(run.model, run.inputs, config))
     except LoopNotCaptured as not_captured:
@@ -247,10 +251,9 @@ def _own_loop_agrees(run: _Run, eager: torch.Tensor) -> bool:
 def _explained_difference(run: _Run, eager: torch.Tensor, other: torch.Tensor) -> Mismatch:
     """Where two runs first differ, eager's logit gap there and, for a greedy step, whether the difference
     is a rounding flip or a divergence (sampled steps depend on the random draw, which float64 cannot replay)."""
-    assert run.config is not None
     mismatch = first_difference(eager, other, run.prompt_width)
-    mismatch.eager_logit_gap = eager_logit_gap(run.model, run.inputs, run.config, run.seed, mismatch)
-    if not run.config.do_sample:
+    mismatch.eager_logit_gap = eager_logit_gap(run.model, run.inputs, run.reference, run.seed, mismatch)
+    if not run.reference.do_sample:
         mismatch.precision = precision_verdict(run.model, run.inputs, eager, mismatch)
     elif run.result.dtype != "float32":
         mismatch.precision_note = ("rounding is judged at greedy steps only: a sampled token depends on the whole "
@@ -261,8 +264,7 @@ def _explained_difference(run: _Run, eager: torch.Tensor, other: torch.Tensor) -
 def _compile_and_compare(run: _Run, eager: torch.Tensor) -> None:
     import torch
 
-    result, level, config = run.result, run.level, run.config
-    assert config is not None
+    result, level, config = run.result, run.level, run.reference
     forget_compiled(run.model)
     with compile_events.capture_compile_events() as trace:
         backend = compile_events.counting_backend(result.backend, trace)
@@ -305,8 +307,7 @@ def _judge_compile_failure(run: _Run, error: BaseException) -> None:
 
 def _diagnose(run: _Run) -> None:
     """The level's diagnostic pass, recording every break; only failing checks pay for it."""
-    result, level, config = run.result, run.level, run.config
-    assert config is not None
+    result, level, config = run.result, run.level, run.reference
     forget_compiled(run.model)
     started = time.perf_counter()
     with compile_events.capture_compile_events() as trace:
