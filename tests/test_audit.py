@@ -56,11 +56,12 @@ def test_the_markdown_terminal_and_json_carry_the_audit() -> None:
     report = Report({"backend": "aot_eager"}, CHECKS)
     page = markdown(report)
     assert "## transformers' `_can_compile_fullgraph` flag audit" in page
-    assert ("| overclaims | OverclaimsForCausalLM | 1,000 | True | ⛔ break | ⛔ break | "
-            "flag True, forward does not compile |") in page
-    assert "**3 disagreements** between the flag and the measured verdicts:" in page
-    assert ("- conservative (ConservativeForCausalLM): flag False, compiles anyway: every decode check is one "
+    assert "Of 8 models, **3** disagree with the flag:" in page
+    assert ("| flag True, forward does not compile | overclaims (OverclaimsForCausalLM) | sample-forward-float32 "
+            "break: Data-dependent branching at x.py:3 |") in page
+    assert ("| flag False, compiles anyway | conservative (ConservativeForCausalLM) | every decode check is one "
             "graph") in page
+    assert "| agree" not in page and "honest (" not in page  # agreeing models are counted, not listed
     lines = terminal_lines(report)
     assert "_can_compile_fullgraph disagrees with the verdicts for 3 model(s):" in lines
     data = json.loads(json.dumps(report.to_dict()))

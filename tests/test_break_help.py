@@ -70,7 +70,7 @@ def test_each_break_site_carries_its_help_in_json_markdown_and_terminal(tmp_path
     assert data["break_help"]["GB0170"]["hints"] == ["Use `torch.cond` to express dynamic control flow."]
     page = markdown(written)
     url = "https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0170.html"
-    assert f"| [GB0170]({url}) | Data-dependent branching |" in page
+    assert f"| [GB0170]({url}) Data-dependent branching | model | gemma, llama | 2 |" in page
     assert (f"- [GB0170]({url}) **Data-dependent branching**: Detected data-dependent branching (e.g. `if "
             "my_tensor.sum() > 0:`). Dynamo does not support tracing dynamic control flow. Hint: Use `torch.cond` "
             "to express dynamic control flow. (fundamental)") in page

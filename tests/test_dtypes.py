@@ -28,7 +28,8 @@ def test_every_check_runs_in_every_selected_dtype(toy_project: pytest.Pytester, 
     assert sorted(checks) == ["toy-greedy-forward-bfloat16", "toy-greedy-forward-float32"]
     assert report["environment"]["dtypes"] == ["float32", "bfloat16"]
     page = (tmp_path / "fullgraph-report.md").read_text()
-    assert "| toy (bfloat16) | ✅ pass |" in page and "| toy (float32) | ✅ pass |" in page
+    assert "| forward (float32) | 1 | 1 | 1 of 1 |\n| forward (bfloat16) | 1 | 1 | 1 of 1 |" in page
+    assert "**2** of 2 models pass every check: toy (float32), toy (bfloat16)." in page
 
 
 def test_a_dtype_without_kernels_here_is_a_skip_with_the_reason(toy_project: pytest.Pytester,

@@ -13,7 +13,6 @@ import.
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections import Counter
 from collections.abc import Sequence
@@ -39,9 +38,6 @@ CONFIGURATION = (("torch", "torch {}"), ("transformers", "transformers {}"), ("b
                  ("attn_implementation", "attention {}"), ("run_slow", "{}"))
 #: Values said in words rather than as stored.
 WORDS: dict[str, dict[Any, str]] = {"run_slow": {True: "slow tier", False: "fast tier"}}
-#: A break's file outside site-packages and the project is an absolute path of the machine that ran it: shown
-#: from the Python library directory on (``python3.11/copy.py``).
-_STDLIB = re.compile(r"^/.*/lib/(python3\.\d+)/")
 #: How long a quoted message may be in a list.
 MESSAGE_CHARS = 200
 
@@ -213,7 +209,7 @@ def site_table(checks: Sequence[CheckResult], count: int) -> list[str]:
         named = ", ".join(site["models"][:12]) + (f", and {len(site['models']) - 12} more"
                                                   if len(site["models"]) > 12 else "")
         lines.append("| " + " | ".join(_cell(text) for text in (
-            f"`{_where(site['where'])}`", site["gb_id"] or "-", what, site["origin"],
+            f"`{site['where']}`", site["gb_id"] or "-", what, site["origin"],
             str(len(site["models"])), str(len(site["checks"])), named)) + " |")
     rest = [f"{len(sites) - count} more root-cause site(s)"] if len(sites) > count else []
     if len(every) > len(sites):
@@ -288,10 +284,6 @@ def time_lines(checks: Sequence[CheckResult], slowest: int = 5) -> list[str]:
     lines += [f"- {result.check_id}: {spent[result.check_id]:.1f} s ({result.outcome})"
               for result in ordered[:slowest]]
     return lines
-
-
-def _where(where: str) -> str:
-    return _STDLIB.sub(r"\1/", where)
 
 
 def _cell(text: str) -> str:

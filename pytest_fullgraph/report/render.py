@@ -1,25 +1,24 @@
-"""A report as a Markdown page (CI step summaries): outcome matrix, feature views, break sites with PyTorch's words
-on them, the flag audit, CUDA-graph skips, peak memory, failures. The terminal summary is ``terminal``."""
+"""A report as a Markdown page (CI step summaries) that reads at a glance at 196 models: a counts table first, the
+changes since a baseline, the models that are not all-pass (models with the same outcomes share a row), the feature
+views, then what went wrong grouped by cause (``sections``). The terminal summary is ``terminal``."""
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pytest_fullgraph.builtin_levels import BUILTIN_LEVEL_NAMES
-from pytest_fullgraph.report.audit import AUDIT_LEVELS, disagreements, has_flags, model_summaries
+from pytest_fullgraph.report import sections
+from pytest_fullgraph.report.gate import diff
 from pytest_fullgraph.report.schema import Report
 from pytest_fullgraph.report.tables import (
+    DTYPE_ORDER,
     break_label,
     canonical,
     columns,
     crash_line,
-    cudagraph_skips,
     escape,
-    flag_text,
-    grouped_sites,
-    hint_text,
-    inside_text,
+    fold,
     plural,
     rows,
 )
@@ -27,17 +26,13 @@ from pytest_fullgraph.results import (
     BREAK,
     DEFAULT_DTYPE,
     DIVERGENCE,
-    FAILING_OUTCOMES,
     MISMATCH,
     OUTCOMES,
+    PASS,
     ROUNDING,
     CheckResult,
 )
 from pytest_fullgraph.scenarios import SCENARIOS
-
-if TYPE_CHECKING:
-    from pytest_fullgraph.break_help import BreakHelp
-
 
 #: A mismatch's cell by its float64 class: a rounding flip reads apart from a real divergence.
 _MISMATCH_CELLS = {ROUNDING: "〰️ rounding", DIVERGENCE: "❌ divergence"}
@@ -61,9 +56,27 @@ def _shard_text(env: dict[str, Any]) -> str:
     return f" · shards {', '.join(shard)}" if shard else ""
 
 
-def markdown(report: Report) -> str:
-    """A GitHub step-summary friendly page: outcome matrix, legend, break sites, failures."""
+def markdown(report: Report, baseline: Report | None = None) -> str:
+    """A GitHub step-summary friendly page that reads at a glance at 196 models: counts first, then the changes
+    since ``baseline`` (when given), the models that are not all-pass, and what went wrong grouped by cause."""
     checks = report.sorted_checks()
+    lines = [*_header(report, checks), *_summary(report, checks)]
+    if baseline is not None:
+        lines += _changes(baseline, report)
+    lines += _feature_sections(report, checks)
+    lines += _matrix(report, checks)
+    lines += sections.break_sites(report, checks)
+    lines += sections.errors(report, checks)
+    lines += sections.mismatches(checks)
+    lines += sections.skips(checks)
+    lines += sections.audit(checks)
+    lines += sections.cudagraphs(checks)
+    lines += sections.memory(report, checks)
+    lines += sections.slowest(checks)
+    return "\n".join(lines)
+
+
+def _header(report: Report, checks: list[CheckResult]) -> list[str]:
     env = report.environment
     lines = ["# pytest_fullgraph report", "",
              f"torch {env.get('torch')} · transformers {env.get('transformers')} · backend "
@@ -76,47 +89,77 @@ def markdown(report: Report) -> str:
     if report.interrupted:
         lines += [f"**Incomplete:** the run was interrupted (exit status {report.run.get('exitstatus')}); checks "
                   "that had not finished are missing from this report.", ""]
-    counts = Counter(result.outcome for result in checks)
-    lines += [", ".join(f"**{counts[name]}** {name}" for name in OUTCOMES if counts[name]) or "no checks", ""]
     if report.crashed_workers:
         lines += ["**Crashed workers:** " + "; ".join(crash_line(w) for w in report.crashed_workers), ""]
-    lines += _feature_sections(report, checks)
+    return lines
+
+
+def _summary(report: Report, checks: list[CheckResult]) -> list[str]:
+    """Levels x outcomes counted, and per level how many models passed every check there."""
+    if not checks:
+        return ["No checks ran.", ""]
+    shown = [name for name in OUTCOMES if any(result.outcome == name for result in checks)]
+    levels = canonical({r.level for r in checks}, [*BUILTIN_LEVEL_NAMES, *(report.environment.get("levels") or {})])
+    dtypes = canonical({r.dtype for r in checks}, DTYPE_ORDER)
+    lines = ["## Summary", "", "| level | checks | " + " | ".join(OUTCOMES[name].cell for name in shown) +
+             " | models passing every check |", "|---|---|" + "---|" * len(shown) + "---|"]
+    for level in levels:
+        for dtype in dtypes:
+            found = [result for result in checks if result.level == level and result.dtype == dtype]
+            label = level if len(dtypes) == 1 else f"{level} ({dtype})"
+            if found:
+                lines.append(_count_row(label, found, shown))
+    lines.append(_count_row("**all levels**", checks, shown))
+    return [*lines, ""]
+
+
+def _count_row(label: str, checks: list[CheckResult], shown: list[str]) -> str:
+    counts = Counter(result.outcome for result in checks)
+    models = {result.model for result in checks}
+    failing = {result.model for result in checks if result.outcome != PASS}
+    return (f"| {label} | {len(checks)} | " + " | ".join(str(counts[name]) for name in shown) +
+            f" | {len(models - failing)} of {len(models)} |")
+
+
+def _changes(baseline: Report, report: Report) -> list[str]:
+    """What the gate sees against the baseline: regressions first, each a line; long lists fold."""
+    gate = diff(baseline, report)
+    lines = ["## Changes since the baseline", "", gate.summary(), ""]
+    items = [f"- {escape(line)}" for line in [*gate.regressions, *gate.improvements, *gate.notes]]
+    return [*lines, *sections.folded_list(items, "change"), ""] if items else lines
+
+
+def _matrix(report: Report, checks: list[CheckResult]) -> list[str]:
+    """Models x (level, scenario) outcomes; models that pass every check are counted, not listed, and models with
+    the same outcomes share a row."""
     matrix = columns(report)
     if len(matrix) > MAX_MATRIX_COLUMNS:
-        lines += [f"The per-check matrix ({len(matrix)} level x scenario columns) is left out; the feature views "
-                  "above and the JSON hold every check.", ""]
-        matrix = []
-    if matrix:
-        by_key = {result.key: result for result in checks}
-        lines.append("| model | " + " | ".join(f"{level}<br>{scenario}" for level, scenario in matrix) + " |")
+        return [f"The per-check matrix ({len(matrix)} level x scenario columns) is left out; the feature views "
+                "above and the JSON hold every check.", ""]
+    if not matrix:
+        return []
+    by_key = {result.key: result for result in checks}
+    same: dict[tuple[str, ...], list[str]] = {}
+    for model, dtype, label in rows(checks):
+        cells = tuple(cell(by_key.get((model, scenario, level, dtype))) for level, scenario in matrix)
+        same.setdefault(cells, []).append(label)
+    passing = [label for cells, labels in same.items() if set(cells) <= {_PASS_CELL, "—"} for label in labels]
+    lines = ["## Checks by model", ""]
+    if passing:
+        lines += [f"**{len(passing)}** of {plural(sum(map(len, same.values())), 'model')} pass every check: "
+                  f"{fold(passing)}.", ""]
+    # the largest groups first; then the models' order (by name, dtypes in their order)
+    shown = sorted(((cells, labels) for cells, labels in same.items() if not set(cells) <= {_PASS_CELL, "—"}),
+                   key=lambda item: -len(item[1]))
+    if shown:
+        lines.append("| models | " + " | ".join(f"{level}<br>{scenario}" for level, scenario in matrix) + " |")
         lines.append("|---|" + "---|" * len(matrix))
-        for model, dtype, label in rows(checks):
-            cells = [cell(by_key.get((model, scenario, level, dtype))) for level, scenario in matrix]
-            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        lines += [f"| {fold(labels)} | " + " | ".join(cells) + " |" for cells, labels in shown]
         lines.append("")
-        lines += _legend(report, {level for level, _ in matrix}, {scenario for _, scenario in matrix})
-    sites = grouped_sites(checks)
-    if sites:
-        help_by_id = report.break_help()
-        lines += ["## Break sites", "", "| location | GB id | break | origin | root cause | models | checks |",
-                  "|---|---|---|---|---|---|---|"]
-        for site in sites:
-            lines.append(f"| `{site['where']}` ({site['function']}) | {_gb_link(site['gb_id'], help_by_id)} | "
-                         f"{escape(site['gb_type'])}{inside_text(site)} | {site['origin']} | "
-                         f"{'yes' if site['root_cause'] else 'no'} | {', '.join(site['models'])} | "
-                         f"{len(site['checks'])} |")
-        lines.append("")
-        lines += _help_section([gb_id for site in sites for gb_id in (site["gb_id"], site["inside_gb_id"]) if gb_id],
-                               help_by_id)
-    lines += _audit_section(checks)
-    lines += _cudagraph_section(checks)
-    lines += _memory_section(report, checks)
-    problems = [result for result in checks if result.outcome in FAILING_OUTCOMES]
-    if problems:
-        lines += ["## Failures", ""]
-        lines += [f"- `{result.check_id}` **{result.outcome}**: {escape(result.headline())}" for result in problems]
-        lines.append("")
-    return "\n".join(lines)
+    return lines + _legend(report, {level for level, _ in matrix}, {scenario for _, scenario in matrix})
+
+
+_PASS_CELL = OUTCOMES[PASS].cell
 
 
 #: Above this many (level, scenario) columns the model x check matrix is unreadable: the feature views replace it.
@@ -161,79 +204,6 @@ def _feature_sections(report: Report, checks: list[CheckResult]) -> list[str]:
 def _feature_label(scenario: str) -> str:
     known = SCENARIOS.get(scenario)
     return f"{known.feature} (`{scenario}`)" if known and known.feature != scenario else f"`{scenario}`"
-
-
-def _gb_link(gb_id: str, help_by_id: dict[str, BreakHelp]) -> str:
-    if not gb_id:
-        return "—"
-    return f"[{gb_id}]({help_by_id[gb_id].url})" if gb_id in help_by_id else gb_id
-
-
-def _help_section(gb_ids: list[str], help_by_id: dict[str, BreakHelp]) -> list[str]:
-    """PyTorch's own words on each GB id of the break sites, in the sites' order."""
-    shown = [help_by_id[gb_id] for gb_id in dict.fromkeys(gb_ids) if gb_id in help_by_id]
-    if not shown:
-        return []
-    lines = ["### What PyTorch says about these breaks", ""]
-    for found in shown:
-        text = " ".join(part for part in (found.explanation, f"Hint: {hint_text(found)}" if hint_text(found) else "")
-                        if part)
-        lines.append(f"- [{found.gb_id}]({found.url}) **{escape(found.gb_type)}**: {escape(text)}")
-    return [*lines, ""]
-
-
-def _audit_section(checks: list[CheckResult]) -> list[str]:
-    """transformers' ``_can_compile_fullgraph`` beside the measured forward and decode verdicts."""
-    summaries = model_summaries(checks)
-    if not has_flags(summaries):
-        return []
-    lines = ["## transformers' `_can_compile_fullgraph` flag audit", "",
-             "| model | class | parameters | flag | " + " | ".join(AUDIT_LEVELS) + " | disagreement |",
-             "|---|---|---|---|" + "---|" * len(AUDIT_LEVELS) + "---|"]
-    for summary in summaries:
-        verdicts = [OUTCOMES[v].cell if v in OUTCOMES else (v or "—")
-                    for v in (summary.verdicts.get(level, "") for level in AUDIT_LEVELS)]
-        parameters = f"{summary.parameters:,}" if summary.parameters is not None else "—"
-        lines.append(f"| {summary.model} | {summary.model_class or '—'} | {parameters} | "
-                     f"{flag_text(summary.can_compile_fullgraph)} | " + " | ".join(verdicts) +
-                     f" | {summary.disagreement or ''} |")
-    lines.append("")
-    disagreeing = disagreements(summaries)
-    lines += [f"**{plural(len(disagreeing), 'disagreement')}** between the flag and the measured verdicts"
-              + (":" if disagreeing else "."), ""]
-    lines += [f"- {summary.model} ({summary.model_class}): {summary.disagreement}: {escape(summary.evidence)}"
-              for summary in disagreeing]
-    return [*lines, ""] if disagreeing else lines
-
-
-def _cudagraph_section(checks: list[CheckResult]) -> list[str]:
-    skips = cudagraph_skips(checks)
-    if not skips:
-        return []
-    lines = ["## CUDA graphs skipped", "", "Inductor ran these compiled generations without CUDA graphs "
-             "(`mode=\"reduce-overhead\"`); the tokens were still judged.", "", "| reason | checks |", "|---|---|"]
-    lines += [f"| {escape(reason)} | {', '.join(f'`{check}`' for check in ids)} |" for reason, ids in skips]
-    return [*lines, ""]
-
-
-MIB = 1024 * 1024
-
-
-def _memory_section(report: Report, checks: list[CheckResult]) -> list[str]:
-    """Peak CUDA memory of the compiled runs, per level: what a GPU job must have free (CUDA checks only)."""
-    measured = [result for result in checks if result.peak_memory is not None]
-    if not measured:
-        return []
-    levels = canonical({r.level for r in measured}, [*(report.environment.get("levels") or {}),
-                                                     *BUILTIN_LEVEL_NAMES])
-    lines = ["## Peak CUDA memory", "", "The most CUDA memory each compiled run held at once (the model's weights "
-             "included), summed and largest per level.", "", "| level | checks | sum (MiB) | largest (MiB) | in |",
-             "|---|---|---|---|---|"]
-    for level in levels:
-        peaks = sorted(((r.peak_memory or 0, r.check_id) for r in measured if r.level == level), reverse=True)
-        lines.append(f"| {level} | {len(peaks)} | {sum(p for p, _ in peaks) / MIB:,.1f} | {peaks[0][0] / MIB:,.1f} "
-                     f"| `{peaks[0][1]}` |")
-    return [*lines, ""]
 
 
 def _legend(report: Report, levels: set[str], scenarios: set[str]) -> list[str]:

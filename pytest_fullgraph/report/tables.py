@@ -4,6 +4,7 @@ text helpers they use. No torch import."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,11 @@ def canonical(values: set[str], order: Iterable[str]) -> list[str]:
     return known + sorted(values - set(known))
 
 
+def canonical_index(name: str, order: tuple[str, ...]) -> tuple[int, str]:
+    """A sort key: names of ``order`` in its order, others after them, by name."""
+    return (order.index(name), "") if name in order else (len(order), name)
+
+
 def columns(report: Report) -> list[tuple[str, str]]:
     checks = report.checks
     env = report.environment
@@ -49,7 +55,8 @@ def columns(report: Report) -> list[tuple[str, str]]:
 
 def rows(checks: list[CheckResult]) -> list[tuple[str, str, str]]:
     """(model, dtype, label) per matrix row; the dtype shows in the label once a report has any but float32."""
-    pairs = sorted({(result.model, result.dtype) for result in checks})
+    pairs = sorted({(result.model, result.dtype) for result in checks},
+                   key=lambda pair: (pair[0], *canonical_index(pair[1], DTYPE_ORDER)))
     plain = all(dtype == DEFAULT_DTYPE for _, dtype in pairs)
     return [(model, dtype, model if plain else f"{model} ({dtype})") for model, dtype in pairs]
 
@@ -61,9 +68,11 @@ def grouped_sites(checks: list[CheckResult]) -> list[dict[str, Any]]:
         for record in result.break_records():
             # a higher-order op's break is as many sites as there are breaks inside it
             inside = f"{record.cause.title()} in {record.cause.function}" if record.cause else ""
-            site = sites.setdefault((record.where(), record.gb_type, inside), {
-                "where": record.where(), "gb_type": record.gb_type, "gb_id": record.gb_id or "",
-                "origin": record.origin, "function": record.function, "models": set(), "checks": set(),
+            where = shown_where(record.where())
+            site = sites.setdefault((where, record.gb_type, inside), {
+                "where": where, "gb_type": record.gb_type, "gb_id": record.gb_id or "",
+                "origin": record.origin, "function": record.function, "source": record.source,
+                "models": set(), "checks": set(),
                 "root_cause": False, "inside": inside, "inside_gb_id": record.cause.gb_id if record.cause else "",
             })
             site["models"].add(result.model)
@@ -73,6 +82,46 @@ def grouped_sites(checks: list[CheckResult]) -> list[dict[str, Any]]:
     for site in ordered:
         site["models"], site["checks"] = sorted(site["models"]), sorted(site["checks"])
     return ordered
+
+
+def sites_by_location(checks: list[CheckResult]) -> list[dict[str, Any]]:
+    """Break sites merged per source line: one line of code that breaks in three ways (the ``Tensor.item()``, the
+    context manager it sits in, the loop around it) is one place to fix. Each has its ``breaks`` (the
+    ``grouped_sites`` entries there), and the union of their origins, models and checks; most checks first."""
+    places: dict[str, dict[str, Any]] = {}
+    for site in grouped_sites(checks):
+        place = places.setdefault(site["where"], {"where": site["where"], "function": site["function"],
+                                                  "source": site["source"], "breaks": [], "origins": [],
+                                                  "models": set(), "checks": set()})
+        place["breaks"].append(site)
+        place["origins"] = list(dict.fromkeys([*place["origins"], site["origin"]]))
+        place["models"] |= set(site["models"])
+        place["checks"] |= set(site["checks"])
+    ordered = sorted(places.values(), key=lambda p: (-len(p["checks"]), location_key(p["where"])))
+    for place in ordered:
+        place["models"], place["checks"] = sorted(place["models"]), sorted(place["checks"])
+    return ordered
+
+
+def fold(names: list[str], noun: str = "model", shown: int = 5) -> str:
+    """A list for a table cell: written out when short, else a count that opens (``<details>``) to the list."""
+    if len(names) <= shown:
+        return ", ".join(names)
+    return f"<details><summary>{plural(len(names), noun)}</summary>{', '.join(names)}</details>"
+
+
+#: The order dtypes are listed in everywhere: the reference precision first.
+DTYPE_ORDER = (DEFAULT_DTYPE, "bfloat16", "float16")
+
+
+#: A break's file outside site-packages and the project is an absolute path of the machine that ran it (reports
+#: written before ``breaks.display_path`` shortened it): shown from the Python library directory on.
+_STDLIB = re.compile(r"^/.*/lib/(python3\.\d+)/")
+
+
+def shown_where(where: str) -> str:
+    """``file:line`` as a report shows it: ``python3.11/copy.py:153``, not the machine's absolute path."""
+    return _STDLIB.sub(r"\1/", where)
 
 
 def location_key(where: str) -> tuple[str, int]:

@@ -1,0 +1,100 @@
+"""Checks grouped by what went wrong, and whose fault it is: the reading of a run at 196 models is a dozen causes,
+not 150 lines of one error repeated per scenario. Used by the Markdown page and the HTML page; no torch import.
+
+Whose fault a check's failure is comes from what the check already recorded: a break's origin (the rules in
+``breaks.ORIGIN_RULES``), the blame an eager failure carries (``compare.eager_failure_blame``) or where an error
+was raised. Reports written before any of these existed still group; their fault reads "not told".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from pytest_fullgraph.results import BREAK, CheckResult
+
+#: Whose fault, as the report names it, in the order the report lists them.
+FAULTS: dict[str, str] = {
+    "model": "the model's code (transformers/models)",
+    "transformers": "transformers' generation, cache or masking code",
+    "loop": "pytest_fullgraph's loop",
+    "torch": "PyTorch",
+    "user": "your code",
+    "unknown": "not told",
+}
+#: A break's origin (``breaks.ORIGINS``) to the fault it names.
+_FAULT_OF_ORIGIN = {"model": "model", "sampling": "transformers", "eos": "transformers", "cache": "transformers",
+                    "masking": "transformers", "generation": "transformers", "integration": "transformers",
+                    "torch": "torch", "loop": "loop", "user": "user"}
+#: What an error's message says about its fault, first match wins (the blame sentences of ``compare``).
+_FAULT_OF_MESSAGE = (
+    (re.compile(r"the model's static-cache path"), "model"),
+    (re.compile(r"so the loop is at fault"), "loop"),
+    (re.compile(r"nothing was compiled: transformers ran"), "transformers"),
+)
+_RAISED_AT = re.compile(r" failed at (\S+?):\d+: ")
+_FAULT_OF_PATH = (("transformers/models/", "model"), ("transformers/", "transformers"), ("torch/", "torch"),
+                  ("pytest_fullgraph/", "loop"))
+
+
+def fault_of(result: CheckResult) -> str:
+    """A key of ``FAULTS`` for a failing check: a break's root-cause origin, else an error's stated blame, else
+    where the error was raised."""
+    if result.outcome == BREAK:
+        records = result.break_records()
+        root = next((record for record in records if record.root_cause), records[0] if records else None)
+        return _FAULT_OF_ORIGIN.get(root.origin, "unknown") if root else "unknown"
+    for pattern, fault in _FAULT_OF_MESSAGE:
+        if pattern.search(result.message):
+            return fault
+    if result.first_break is not None and result.first_break.origin in _FAULT_OF_ORIGIN:
+        return _FAULT_OF_ORIGIN[result.first_break.origin]
+    raised = _RAISED_AT.search(result.message)
+    path = raised.group(1) if raised else ""
+    return next((fault for prefix, fault in _FAULT_OF_PATH if path.startswith(prefix)), "unknown")
+
+
+#: A model class in a reason (``RwkvForCausalLM.forward takes no `cache` argument``) and the loop form named.
+_MODEL_CLASS = re.compile(r"\b[A-Z][A-Za-z0-9]*(?:ForCausalLM|LMHeadModel|WithLMHead|Model|Decoder)\b")
+_LOOP_FORM = re.compile(r"\(loop='\w+'\)")
+
+
+def error_key(message: str) -> str:
+    """One cause however its numbers and names vary: tensor sizes, indices, quoted names and the loop form do not
+    split a group (cpmant's ``index 11`` and dory's are the same write past the cache's end)."""
+    return re.sub(r"\d+", "N", re.sub(r"'[^']*'", "'…'", _LOOP_FORM.sub("", message)))
+
+
+def skip_key(message: str) -> str:
+    """One reason however many model classes and loop forms it was given for."""
+    return _LOOP_FORM.sub("", _MODEL_CLASS.sub("{class}", message))
+
+
+@dataclass
+class Group:
+    """Checks that failed (or were skipped) the same way: one example message stands for them all."""
+
+    key: str
+    example: str
+    fault: str = "unknown"
+    checks: list[CheckResult] = field(default_factory=list)
+
+    @property
+    def models(self) -> list[str]:
+        return sorted({result.model for result in self.checks})
+
+    @property
+    def levels(self) -> list[str]:
+        return list(dict.fromkeys(result.level for result in self.checks))
+
+
+def group(checks: Iterable[CheckResult], key: Callable[[str], str], with_fault: bool = False) -> list[Group]:
+    """Checks grouped by ``key`` of their message (and their fault): in the order of ``FAULTS``, then most checks
+    first."""
+    groups: dict[tuple[str, str], Group] = {}
+    for result in checks:
+        fault = fault_of(result) if with_fault else "unknown"
+        found = groups.setdefault((fault, key(result.message)), Group(key(result.message), result.message, fault))
+        found.checks.append(result)
+    return sorted(groups.values(), key=lambda g: (list(FAULTS).index(g.fault), -len(g.checks), g.example))

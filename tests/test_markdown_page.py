@@ -1,0 +1,136 @@
+"""The Markdown page reads at a glance at 196 models: counts first, models with the same outcomes in one row,
+what went wrong grouped by cause and whose fault; and the grouping rules themselves, with fakes."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from pytest_fullgraph import report
+from pytest_fullgraph.report.causes import error_key, fault_of, group, skip_key
+from pytest_fullgraph.report.render import markdown
+from pytest_fullgraph.results import BreakRecord, CheckResult, Mismatch
+
+MERGED_PARTS = sorted((Path(__file__).parent.parent / "bench" / "reports").glob("matrix-*.json.gz"))
+
+
+def a_check(model: str, outcome: str, message: str = "", level: str = "decode", scenario: str = "greedy",
+            origin: str = "", dtype: str = "float32", **fields: object) -> CheckResult:
+    record = BreakRecord("torch._dynamo.exc.Unsupported", "Data-dependent branching", "GB0170", "m",
+                         f"transformers/models/{model}/modeling_{model}.py", 7, "forward", "if x.any():",
+                         origin) if origin else None
+    return CheckResult(model, scenario, level, "eager", 4, outcome, message or outcome, first_break=record,
+                       breaks=[record] if record else [], dtype=dtype, **fields)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def merged_196() -> report.Report:
+    if not MERGED_PARTS:
+        pytest.skip("bench/reports/matrix-*.json.gz are not in this checkout")
+    return report.merge([(str(path), report.load(path)) for path in MERGED_PARTS])
+
+
+def test_the_196_model_page_is_short_and_starts_with_counts_that_match_the_json(merged_196: report.Report) -> None:
+    page = markdown(merged_196)
+    lines = page.splitlines()
+    assert len({check.model for check in merged_196.checks}) == 196
+    assert len(lines) < 250, len(lines)
+    assert next(line for line in lines if line.startswith("## ")) == "## Summary"
+    counts = Counter(check.outcome for check in merged_196.checks)
+    header = next(line for line in lines if line.startswith("| level | checks |"))
+    every = next(line for line in lines if line.startswith("| **all levels** |"))
+    outcomes = [cell.split()[-1] for cell in header.strip("|").split("|")[2:-1]]
+    numbers = [int(cell) for cell in every.strip("|").split("|")[1:-1]]
+    assert numbers[0] == len(merged_196.checks)
+    assert dict(zip(outcomes, numbers[1:], strict=True)) == {name: counts[name] for name in outcomes}
+    forward = next(line for line in lines if line.startswith("| forward |"))
+    passing = {model for model in {c.model for c in merged_196.checks if c.level == "forward"}
+               if all(c.outcome == "pass" for c in merged_196.checks if c.model == model and c.level == "forward")}
+    assert forward.endswith(f"| {len(passing)} of 196 |")
+
+
+def test_the_196_model_page_groups_models_errors_and_sites(merged_196: report.Report) -> None:
+    page = markdown(merged_196)
+    # the 113 models whose only failure is generate's expected breaks share one folded row
+    assert "| <details><summary>113 models</summary>gemma, gemma2," in page
+    # cpmant's and dory's writes past the static cache's end are one cause, the models' fault
+    cause = next(line for line in page.splitlines() if "index_copy_(): index 11 is out of bounds" in line)
+    assert cause.startswith("| the model's code (transformers/models) |") and "cpmant, dory" in cause
+    # a site's statement is under it, and a machine's absolute library path is not shown
+    assert "| `transformers/generation/utils.py:396` (__call__)<br>`return bool(unfinished_sequences.max() == 0)` |" \
+        in page
+    assert "/root/" not in page and "`python3.11/copy.py:153` (deepcopy)" in page
+    assert "| unsupported by fullgraph_generate: {class}.forward takes no `cache` argument | 48 | openai-gpt, " \
+           "reformer, rwkv, xlnet |" in page
+
+
+def test_models_with_the_same_outcomes_share_a_row_and_all_pass_models_are_counted() -> None:
+    checks = [a_check("llama", "pass"), a_check("gemma", "pass"), a_check("opt", "break", origin="model"),
+              a_check("gpt2", "break", origin="model"), a_check("bloom", "error", "boom")]
+    page = markdown(report.Report({}, checks))
+    assert "**2** of 5 models pass every check: gemma, llama." in page
+    assert "| gpt2, opt | ⛔ 1 break |" in page and "| bloom | 💥 error |" in page
+    assert "| llama |" not in page and "| gemma |" not in page
+
+
+def test_dtypes_follow_one_order_everywhere() -> None:
+    checks = [a_check("toy", "break", dtype="bfloat16", origin="model"),
+              a_check("toy", "mismatch", dtype="float32", mismatch=Mismatch(0, 8, 0, 1, 2))]
+    page = markdown(report.Report({}, checks))
+    assert page.index("| decode (float32) |") < page.index("| decode (bfloat16) |")
+    assert page.index("| toy (float32) |") < page.index("| toy (bfloat16) |")
+
+
+def test_changes_since_the_baseline_lead_with_regressions() -> None:
+    before = report.Report({}, [a_check("llama", "pass"), a_check("gemma", "break", origin="model")])
+    after = report.Report({}, [a_check("llama", "mismatch", "tokens differ at row 0"), a_check("gemma", "pass")])
+    page = markdown(after, before)
+    section = page[page.index("## Changes since the baseline"):]
+    assert "1 regression(s), 3 improvement(s)" in section  # gemma: its outcome, its break site, its break count
+    assert section.index("REGRESSION llama-greedy-decode-float32: pass -> mismatch") < section.index("IMPROVED")
+    assert "## Changes since the baseline" not in markdown(after)
+
+
+def test_slowest_checks_are_listed_with_their_phases() -> None:
+    slow = a_check("llama", "pass", timings={"eager_s": 1.0, "compile_s": 30.0})
+    quick = a_check("gemma", "pass", timings={"eager_s": 0.5, "compile_s": 2.0})
+    page = markdown(report.Report({}, [quick, slow]))
+    section = page[page.index("## Slowest checks"):]
+    assert section.index("`llama-greedy-decode-float32` | 31.0 | eager 1.0, compile 30.0 |") < section.index("gemma")
+
+
+@pytest.mark.parametrize(("check", "fault"), [
+    (a_check("opt", "break", origin="model"), "model"),
+    (a_check("opt", "break", origin="masking"), "transformers"),
+    (a_check("opt", "break", origin="loop"), "loop"),
+    (a_check("opt", "break", origin="user"), "user"),
+    (a_check("opt", "error", "eager generation failed at transformers/cache_utils.py:487: IndexError: x; "
+                             "model.generate with a static cache fails too (IndexError: x): the model's static-cache "
+                             "path, not the loop"), "model"),
+    (a_check("opt", "error", "eager generation by fullgraph_generate failed at transformers/models/x.py:1: "
+                             "ValueError: v; model.generate with a static cache works, so the loop is at fault"),
+     "loop"),
+    (a_check("opt", "error", "nothing was compiled: transformers ran level 'forward' eagerly"), "transformers"),
+    (a_check("opt", "error", "compiled generation failed at torch/_inductor/lowering.py:9: KeyError: k"), "torch"),
+    (a_check("opt", "error", "timeout after 60 s, during compiled generation"), "unknown"),
+])
+def test_whose_fault_comes_from_what_the_check_recorded(check: CheckResult, fault: str) -> None:
+    assert fault_of(check) == fault
+
+
+def test_one_cause_however_its_numbers_names_and_loop_form_vary() -> None:
+    assert error_key("eager generation by fullgraph_generate failed: index 11 of 'cpmant'") == \
+        error_key("eager generation by fullgraph_generate(loop='while') failed: index 9 of 'dory'")
+    assert error_key("IndexError: index 11") != error_key("KeyError: index 11")
+    assert skip_key("unsupported by fullgraph_generate(loop='while'): RwkvForCausalLM.forward takes no `cache`") == \
+        skip_key("unsupported by fullgraph_generate: XLNetLMHeadModel.forward takes no `cache`")
+
+
+def test_groups_follow_the_fault_order_then_size() -> None:
+    checks = [a_check("a", "error", "nothing was compiled: transformers ran level 'forward' eagerly"),
+              a_check("b", "error", "x failed at transformers/models/b.py:1: E: the model's static-cache path"),
+              a_check("c", "error", "nothing was compiled: transformers ran level 'forward' eagerly")]
+    groups = group(checks, error_key, with_fault=True)
+    assert [(found.fault, found.models) for found in groups] == [("model", ["b"]), ("transformers", ["a", "c"])]
