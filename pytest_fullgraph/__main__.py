@@ -13,10 +13,12 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from pytest_fullgraph import report
 from pytest_fullgraph.cli import parser
+from pytest_fullgraph.report.html import html
 from pytest_fullgraph.report.tables import flag_text
 
 #: The status of a process that wrote to a pipe whose reader had gone (128 + SIGPIPE), as Unix tools report it.
@@ -42,6 +44,10 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         if args.command == "versions":
             return _versions()
+        if args.command == "repro":
+            from pytest_fullgraph.repro.command import run as repro
+
+            return repro(args.inputs, Path(args.output), reduce_s=args.reduce_budget, timeout_s=args.timeout)
         if args.command == "scenarios":
             return _scenarios(args.selection, as_json=args.json)
         if args.command == "models":
@@ -69,8 +75,11 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 def _diff(args: argparse.Namespace) -> int:
-    gate = report.diff(report.load(args.baseline), report.load(args.current), allow_missing=args.allow_missing,
-                       ratchet=args.ratchet, divergences_only=args.divergences_only)
+    baseline, current = report.load(args.baseline), report.load(args.current)
+    gate = report.diff(baseline, current, allow_missing=args.allow_missing, ratchet=args.ratchet,
+                       divergences_only=args.divergences_only)
+    if args.html:
+        report.write_atomic(Path(args.html), html(current, baseline, baseline_name=args.baseline, gate=gate))
     for line in [*gate.regressions, *gate.improvements, *gate.notes]:
         print(line)
     print(gate.summary())
@@ -116,8 +125,6 @@ def _versions() -> int:
 
 
 def _findings(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from pytest_fullgraph.report import findings
 
     if args.sites < 1:
@@ -135,8 +142,6 @@ def _findings(args: argparse.Namespace) -> int:
 
 
 def _collate(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from pytest_fullgraph.report.collate import collate
 
     baselines = Path(args.baselines) if args.baselines else None

@@ -35,6 +35,10 @@ _EXAMPLES = {
   python -m pytest_fullgraph models llama,gemma
   python -m pytest_fullgraph models 'tag:moe' --no-build --json
   python -m pytest_fullgraph models all --no-build --shard 3/8""",
+    "repro": """exit 0: every selected check has its line (written, or not and why); 2: a report cannot be read or a
+check id or model is not in it. examples:
+  python -m pytest_fullgraph repro merged/fullgraph-report.json -o repros
+  python -m pytest_fullgraph repro bench/reports/matrix-*.json.gz cpmant mpt-greedy-decode-float32 -o repros""",
     "scenarios": """examples:
   python -m pytest_fullgraph scenarios
   python -m pytest_fullgraph scenarios 'sample*' --json""",
@@ -91,7 +95,7 @@ def parser() -> argparse.ArgumentParser:
                                                  "(docs/FINDINGS.md); plain or gzipped JSON")
     report_parser.set_defaults(help=report_parser.format_help)
     report_commands = report_parser.add_subparsers(dest="report_command", metavar="SUBCOMMAND")
-    merge = _command(report_commands, "merge", "Merge shard reports into one JSON and Markdown report")
+    merge = _command(report_commands, "merge", "Merge shard reports into one JSON, Markdown and HTML report")
     merge.add_argument("reports", nargs="+", metavar="REPORT.json")
     merge.add_argument("-o", "--output", required=True, metavar="DIR", help="Directory for the merged report")
     collate = _command(
@@ -115,6 +119,8 @@ def parser() -> argparse.ArgumentParser:
                          help="Improvements fail too, so the baseline is refreshed whenever results get better")
     compare.add_argument("--divergences-only", action="store_true",
                          help="A mismatch classified as a rounding flip counts as a pass (for bfloat16/float16 jobs)")
+    compare.add_argument("--html", default=None, metavar="FILE",
+                         help="Also write CURRENT as an HTML page that shows what changed against BASELINE")
     _findings_parser(report_commands)
     _command(commands, "versions", "key=torch<v>-transformers<v>-py<v> and each version, one per line "
                                    "(CI's compile-cache key; imports torch)")
@@ -131,12 +137,27 @@ def parser() -> argparse.ArgumentParser:
     models.add_argument("--no-build", action="store_true",
                         help="Do not build and generate: parameters are counted on the meta device, status "
                              "says only known reasons")
+    _repro_parser(commands)
     scenarios = _command(
         commands, "scenarios", "List the scenarios (generation features): name, feature, kind, what it sets")
     scenarios.add_argument("selection", nargs="?", default="all", metavar="NAMES",
                            help="Which scenarios, as --fullgraph-scenarios takes them (default: all)")
     scenarios.add_argument("--json", action="store_true", help="One JSON list of rows instead of the table")
     return top
+
+
+def _repro_parser(commands: Any) -> None:
+    repro = _command(commands, "repro", "Standalone reproducers of failing checks: one script per cause that needs only "
+                                        "torch and transformers, shrunk and verified in a fresh process (imports torch)")
+    repro.add_argument("inputs", nargs="+", metavar="REPORT.json|CHECK_ID|MODEL",
+                       help="Reports (.json or .json.gz, merged), then check ids or model names (default: every "
+                            "failing check)")
+    repro.add_argument("-o", "--output", required=True, metavar="DIR",
+                       help="Directory for the scripts (<check id>.py) and repro-index.json")
+    repro.add_argument("--reduce-budget", type=float, default=120.0, metavar="SECONDS",
+                       help="Seconds spent shrinking each script's config and prompts (default 120; 0: none)")
+    repro.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+                       help="Longest one run of a script may take (default 600)")
 
 
 def _findings_parser(report_commands: Any) -> None:

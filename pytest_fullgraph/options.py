@@ -35,7 +35,7 @@ from pytest_fullgraph.parsers import (
     parse_text,
 )
 from pytest_fullgraph.report.files import load as load_report
-from pytest_fullgraph.report.schema import ReportError
+from pytest_fullgraph.report.schema import Report, ReportError
 from pytest_fullgraph.scenarios import BASIC
 from pytest_fullgraph.shard import Shard, model_costs, select_shard
 
@@ -91,6 +91,8 @@ class Settings:
     scenarios: tuple[str, ...] = BASIC
     #: the attention implementation every model is set to (``--fullgraph-attn``); None: the model's default
     attn_implementation: str | None = None
+    #: a line after each finished check with the count and the time left (``--fullgraph-progress``)
+    progress: bool = False
 
     def describe(self) -> dict[str, object]:
         """The settings a report records (JSON builtins)."""
@@ -174,7 +176,7 @@ OPTIONS: tuple[Option, ...] = (
            help=f"Run the slow tier: slow-marked tests, {SLOW_BACKEND} and longer generations (else env "
                 f"{RUN_SLOW_ENV}, else ini: fullgraph_run_slow)"),
     Option("fullgraph_report", "--fullgraph-report", metavar="DIR", parse=parse_directory, field="report_dir",
-           help="Write fullgraph-report.json and fullgraph-report.md into DIR (ini: fullgraph_report)"),
+           help="Write fullgraph-report.json, .md and .html into DIR (ini: fullgraph_report)"),
     Option("fullgraph_artifacts", "--fullgraph-artifacts", metavar="DIR", parse=parse_absolute_directory,
            field="artifacts_dir",
            help="Save each passing export check's program into DIR as <check id>.pt2 with its metadata, loadable "
@@ -205,6 +207,10 @@ OPTIONS: tuple[Option, ...] = (
            parse=Choice(ATTN_IMPLEMENTATIONS, "an attention implementation"),
            help=f"Set every model's attn_implementation to one of {', '.join(ATTN_IMPLEMENTATIONS)}; a model that "
                 "cannot use it is a skip saying why (default: each model's own; ini: fullgraph_attn)"),
+    Option("fullgraph_progress", "--fullgraph-progress", action="store_true", parse=parse_bool, field="progress",
+           default=False,
+           help="After each finished check print how many are done and failed and the time left, estimated from "
+                "this run's pace and the --fullgraph-shard-costs report if given (ini: fullgraph_progress)"),
     Option("fullgraph_suite", "--fullgraph-suite", metavar="MODE", parse=Choice(SUITE_MODES, "a suite mode"),
            field="suite", default="auto",
            help="When to collect the built-in conformance suite: 'auto' (default) when models are selected and "
@@ -327,10 +333,16 @@ def register_checkpoints(registry: Registry, chosen: Mapping[str, Chosen]) -> tu
 
 def read_shard_costs(chosen: Mapping[str, Chosen]) -> dict[str, float] | None:
     """Seconds per model from the ``--fullgraph-shard-costs`` report, read only when the run is sharded."""
+    found = read_costs_report(chosen) if chosen["fullgraph_shard"].value is not None else None
+    return model_costs(found) if found is not None else None
+
+
+def read_costs_report(chosen: Mapping[str, Chosen]) -> Report | None:
+    """The ``--fullgraph-shard-costs`` report (sharding and progress read it), None when not given."""
     costs = chosen["fullgraph_shard_costs"]
-    if costs.value is None or chosen["fullgraph_shard"].value is None:
+    if costs.value is None:
         return None
     try:
-        return model_costs(load_report(costs.value))
+        return load_report(costs.value)
     except ReportError as error:
         raise pytest.UsageError(f"{costs.source}: {error}") from None

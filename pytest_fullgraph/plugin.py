@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_fullgraph import compile_events, hookspecs, models, options, report
+from pytest_fullgraph import compile_events, hookspecs, models, options, progress, report
 from pytest_fullgraph.builtin_levels import builtin_levels
 from pytest_fullgraph.environment import git_revision
 from pytest_fullgraph.model_cache import BuildFailed, Built, Unavailable
-from pytest_fullgraph.results import BREAK, DEFAULT_DTYPE, PASS, SKIP, CheckResult
+from pytest_fullgraph.results import BREAK, DEFAULT_DTYPE, PASS, SKIP, CheckKey, CheckResult
 from pytest_fullgraph.scenarios import BASIC
 from pytest_fullgraph.session import REPORT_ATTRIBUTE, RESULTS_KEY, FullgraphSession
 
@@ -68,6 +68,9 @@ def pytest_configure(config: pytest.Config) -> None:
     _collect_the_suite(config, settings)
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(_ControllerHooks(session), f"fullgraph-session-{id(config)}")
+    if settings.progress and not session.is_worker:
+        checks, earlier = checks_by_parameters(session), options.read_costs_report(chosen)
+        progress.show(config, lambda nodeid: checks.get(parameters_of_test_id(nodeid)), earlier)
 
 
 def _restore_environment(name: str, value: str | None) -> None:
@@ -162,18 +165,27 @@ def _axes(session: FullgraphSession) -> dict[str, tuple[str, ...]]:
             "fullgraph_level": session.collected_levels(), "fullgraph_dtype": session.settings.dtypes}
 
 
-def check_of_test_id(nodeid: str, session: FullgraphSession) -> tuple[str, str, str, str] | None:
+def check_of_test_id(nodeid: str, session: FullgraphSession) -> CheckKey | None:
     """The check (model, scenario, level, dtype) a test id of ``pytest_generate_tests`` names, or None.
 
     The controller does not collect items under xdist, so a crashed test's check is read back from its id, whose
     parameters are the axes' values joined by "-"; names may hold "-" too, so the id is matched, not split.
     """
-    parameters = nodeid.rpartition("[")[2].rstrip("]") if nodeid.endswith("]") else ""
-    for check in itertools.product(*_axes(session).values()):
-        if parameters == "-".join(check):
-            model, scenario, level, dtype = check
-            return model, scenario, level, dtype
-    return None
+    return checks_by_parameters(session).get(parameters_of_test_id(nodeid))
+
+
+def parameters_of_test_id(nodeid: str) -> str:
+    """The parametrization part of a test id, ``llama-greedy-forward-float32``; "" when it has none."""
+    return nodeid.rpartition("[")[2].rstrip("]") if nodeid.endswith("]") else ""
+
+
+def checks_by_parameters(session: FullgraphSession) -> dict[str, CheckKey]:
+    """Every check of the axes by its test id's parameters; where "-" in names spells one id two ways, the first
+    in the axes' order."""
+    found: dict[str, CheckKey] = {}
+    for model, scenario, level, dtype in itertools.product(*_axes(session).values()):
+        found.setdefault("-".join((model, scenario, level, dtype)), (model, scenario, level, dtype))
+    return found
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -17,10 +17,12 @@ SCHEMA = "pytest_fullgraph/report"
 #: and the derived
 #: per-model ``models`` section (facts, verdicts by level, flag audit); version 5 each check's ``cudagraph_skips``
 #: and the derived ``break_help`` section (PyTorch's hints by GB id); version 6 each break's ``cause`` (the break
-#: inside a higher-order op such as ``while_loop``) and each check's ``peak_memory`` (CUDA, bytes).
-SCHEMA_VERSION = 6
+#: inside a higher-order op such as ``while_loop``) and each check's ``peak_memory`` (CUDA, bytes); version 7 each
+#: check's ``duration_s``. Optional fields bump it too: a reader refuses fields it does not know, and the bump
+#: turns "malformed report" into "written by a newer pytest_fullgraph: upgrade".
+SCHEMA_VERSION = 7
 #: Versions this package reads; older reports load with the newer fields at their defaults (float32).
-READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6)
+READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
 
 
 @dataclass(frozen=True)
@@ -223,6 +225,10 @@ class Mismatch:
         return cls(**fields)
 
 
+#: A check's identity: model, scenario, level, dtype.
+CheckKey = tuple[str, str, str, str]
+
+
 @dataclass
 class CheckResult:
     """The outcome of one check, in JSON builtins so xdist and report files can carry it."""
@@ -245,6 +251,9 @@ class CheckResult:
     #: where the check's tensors lived ("cpu", "cuda:0"); "" when it never reached a model
     device: str = ""
     timings: dict[str, float] = field(default_factory=dict)
+    #: wall seconds the whole check took, its phases and the work between them, the model's build excluded (a model
+    #: is built once and shared by its checks); None when unmeasured: a crashed worker's check, reports before v7
+    duration_s: float | None = None
     #: the dtype the model ran in; part of the check's identity
     dtype: str = DEFAULT_DTYPE
     #: the model's transformers class, parameter count and transformers' own ``_can_compile_fullgraph`` flag
@@ -269,7 +278,7 @@ class CheckResult:
         return f"{self.model}-{self.scenario}-{self.level}-{self.dtype}"
 
     @property
-    def key(self) -> tuple[str, str, str, str]:
+    def key(self) -> CheckKey:
         return (self.model, self.scenario, self.level, self.dtype)
 
     def break_records(self) -> list[BreakRecord]:
@@ -292,3 +301,8 @@ class CheckResult:
         if fields.get("mismatch"):
             fields["mismatch"] = Mismatch.from_dict(fields["mismatch"])
         return cls(**fields)
+
+
+def check_seconds(result: CheckResult) -> float:
+    """The seconds a check took: its ``duration_s``, or for reports without it (before v7) its phases' sum."""
+    return result.duration_s if result.duration_s is not None else sum(result.timings.values())

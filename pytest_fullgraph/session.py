@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,7 +84,8 @@ class FullgraphSession:
         for value, allowed, what in ((scenario, list(SCENARIOS), "scenario"), (level, list(self.levels), "level")):
             if value not in allowed:
                 raise pytest.UsageError(f"unknown {what} {value!r}; valid: {', '.join(allowed)}")
-        entry = self.model(model_name, dtype)
+        entry = self.model(model_name, dtype)  # built before the clock starts: a build serves all its checks
+        started = time.perf_counter()
         backend, tokens = self.settings.backend, self.max_new_tokens(level)
         if isinstance(entry, Unavailable):
             result = CheckResult(model_name, scenario, level, backend, tokens, SKIP, f"skipped: {entry.reason}",
@@ -94,6 +96,7 @@ class FullgraphSession:
             result = run_check(entry.model, model_name, SCENARIOS[scenario], self.levels[level], backend, tokens,
                                diagnose=self.settings.breaks == "all", timeout=self.settings.timeout,
                                artifacts=self.settings.artifacts_dir, artifact_runtime=self.settings.artifact_runtime)
+        result.duration_s = time.perf_counter() - started
         result.model_class, result.parameters, result.can_compile_fullgraph = self.models.facts(model_name)
         return result
 

@@ -2,7 +2,7 @@
 
 Every machine computes the same partition from the same inputs, so the shards are disjoint and together hold
 every selected model. Without costs the split is even by count; with costs (seconds per model, summed from a
-previous report's check timings) each model goes, most expensive first, to the shard with the least work so
+previous report's check durations) each model goes, most expensive first, to the shard with the least work so
 far, so one slow model family does not make one job the run's long pole. No torch import.
 """
 
@@ -13,6 +13,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from pytest_fullgraph.results import check_seconds
 
 if TYPE_CHECKING:  # the report package imports this module to merge shards
     from pytest_fullgraph.report.schema import Report
@@ -45,10 +47,11 @@ def parse_shard(value: str, source: str) -> Shard:
 
 
 def model_costs(report: Report) -> dict[str, float]:
-    """Seconds each model's checks took in ``report`` (eager, compile and diagnosis summed over its checks)."""
+    """Seconds each model's checks took in ``report``, summed over its checks (``check_seconds``: each check's
+    ``duration_s``, or in older reports its eager, compile and diagnosis timings)."""
     costs: dict[str, float] = {}
     for result in report.checks:
-        costs[result.model] = costs.get(result.model, 0.0) + sum(result.timings.values())
+        costs[result.model] = costs.get(result.model, 0.0) + check_seconds(result)
     return costs
 
 

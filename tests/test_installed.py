@@ -4,6 +4,7 @@ selects models but collects no check says why."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -120,3 +121,38 @@ def test_a_non_editable_install_runs_the_suite_from_site_packages(tmp_path: Path
     for dtype in ("float32", "bfloat16"):
         assert f"test_conformance.py::test_generation_compiles_exactly[mine-greedy-forward-{dtype}] PASSED" \
             in completed.stdout
+
+
+def _shell_lines(markdown: str) -> list[str]:
+    """The command lines of a Markdown page's ``bash`` blocks, comments dropped."""
+    blocks = re.findall(r"```bash\n(.*?)```", markdown, flags=re.DOTALL)
+    return [line.split("#")[0].strip() for block in blocks for line in block.splitlines() if line.strip()]
+
+
+def test_the_readme_installs_torch_as_the_constraints_pin_it_and_ci_runs_its_commands() -> None:
+    """The README's install cannot drift from the pins or from what CI runs (CI installs exactly as it says)."""
+    readme = _shell_lines((REPOSITORY / "README.md").read_text())
+    pins = dict(line.split("==") for line in (REPOSITORY / "constraints-cpu.txt").read_text().splitlines()
+                if "==" in line and not line.startswith("#"))
+    cpu_index = [line for line in readme if "download.pytorch.org/whl/cpu" in line and "torch==" in line]
+    assert cpu_index and all(f"torch=={pins['torch']} " in line for line in cpu_index), cpu_index
+    ci = [line.removeprefix("python -m ") for line in (REPOSITORY / ".ci" / "run").read_text().splitlines()]
+    assert 'pip install -c constraints-cpu.txt -e ".[test]"' in readme and \
+        'pip install -c constraints-cpu.txt -e ".[test]"' in ci
+    assert "pytest tests -n 2" in readme and any(line.startswith("pytest tests -n 2") for line in ci)
+    # outside the checkout there is no constraints file to point at
+    assert not [line for line in readme if "-c constraints-cpu.txt" in line and " -e " not in line]
+
+
+def test_the_quick_starts_expected_xfails_and_skips_are_what_it_collects() -> None:
+    """README: the quick start ends in 44 passed, 4 skipped, 8 xfailed: 8 generate-level checks (expected breaks)
+    and 4 CUDA-graph property tests (no GPU); the rest pass."""
+    readme = (REPOSITORY / "README.md").read_text()
+    assert "`44 passed, 4 skipped,\n8 xfailed`" in readme
+    completed = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                                "--fullgraph-models=llama,gemma"], cwd=REPOSITORY, capture_output=True, text=True,
+                               check=False)
+    ids = [line for line in completed.stdout.splitlines() if "::" in line]
+    assert len(ids) == 44 + 4 + 8, completed.stdout
+    assert sum("-generate-" in line for line in ids) == 8
+    assert sum("cudagraphs_matches_eager" in line for line in ids) == 4

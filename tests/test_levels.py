@@ -40,7 +40,7 @@ def test_a_level_registered_by_hook_is_in_ids_report_and_markdown(toy_project: p
     assert {c["outcome"] for c in checks.values()} == {"pass"}
     assert read_report(tmp_path)["environment"]["levels"]["replay"].startswith("model.generate again")
     page = (tmp_path / "fullgraph-report.md").read_text()
-    assert "replay<br>greedy" in page
+    assert "| replay | 4 | 4 | 1 of 1 |" in page  # its row of the counts table; the model passes, so no matrix row
     assert "- level `replay`: model.generate again, uncompiled: a level from a conftest" in page
 
 

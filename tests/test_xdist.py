@@ -13,6 +13,7 @@ from tests.conftest import read_report
 def without_timings(report: dict[str, Any]) -> dict[str, Any]:
     for check in report["checks"]:
         check.pop("timings")
+        check.pop("duration_s")
     return report
 
 
@@ -23,9 +24,13 @@ def test_report_is_identical_without_xdist_and_with_one_or_two_workers(toy_proje
         out = tmp_path / (workers[-1] if workers else "serial")
         result = toy_project.runpytest_subprocess("--fullgraph-models=toy,toy_break", "--fullgraph-backend=eager",
                                                   "-k", "forward and (greedy or eos)", "-p", "no:cacheprovider",
-                                                  f"--fullgraph-report={out}", *workers)
+                                                  f"--fullgraph-report={out}", "--fullgraph-progress", *workers)
         result.assert_outcomes(passed=2, xfailed=2)
-        assert sorted(p.name for p in out.iterdir()) == ["fullgraph-report.json", "fullgraph-report.md"]
+        # the controller counts every worker's checks, each line whole (not glued to xdist's dots)
+        result.stdout.fnmatch_lines(["fullgraph: 1/4 checks done, 0 failed, about *s left",
+                                     "fullgraph: 4/4 checks done, 0 failed"])
+        assert sorted(p.name for p in out.iterdir()) == ["fullgraph-report.html", "fullgraph-report.json",
+                                                         "fullgraph-report.md"]
         reports.append(without_timings(read_report(out)))
     assert len(reports[0]["checks"]) == 4
     assert reports[0] == reports[1] == reports[2]

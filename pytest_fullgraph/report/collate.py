@@ -90,33 +90,37 @@ def collate(reports: Iterable[Path], output: Path, baselines: Path | None = None
         missing = merged.environment.get("shards_missing") or []
         if missing:
             result.fail(f"**{name}: shard(s) {', '.join(missing)} missing**")
-        write(merged, output / name)
+        gate_lines, baseline = _gate(name, merged, output / name / JSON_NAME, baselines, result)
+        # the HTML page of a gated group shows what changed against its baseline
+        write(merged, output / name, baseline=baseline,
+              baseline_name=str(baselines / f"{name}.json") if baselines else "the baseline")
         result.merged[name] = output / name / JSON_NAME
-        result.summary += [f"## {name} ({len(shards)} report(s))", "", markdown(merged)]
-        result.summary += _gate(name, merged, output / name / JSON_NAME, baselines, result)
+        result.summary += [f"## {name} ({len(shards)} report(s))", "", *gate_lines, markdown(merged, baseline)]
     result.summary += _release_changes(merged_reports)
     return result
 
 
-def _gate(name: str, merged: Report, merged_path: Path, baselines: Path | None, result: Collated) -> list[str]:
+def _gate(name: str, merged: Report, merged_path: Path, baselines: Path | None,
+          result: Collated) -> tuple[list[str], Report | None]:
+    """The summary's lines on the group's gate, and the baseline it was gated against (None when there is none)."""
     if baselines is None:
-        return []
+        return [], None
     baseline_path = baselines / f"{name}.json"
     if not baseline_path.is_file():
         return [f"No baseline for {name}: to start gating it, commit this run's merged report: "
-                f"`{refresh_command(str(baseline_path), str(merged_path))}`", ""]
+                f"`{refresh_command(str(baseline_path), str(merged_path))}`", ""], None
     try:
         baseline = load(baseline_path)
     except ReportError as error:
         result.cannot_read("baseline", error)
-        return ["", f"{name} is not gated: its baseline cannot be read", ""]
+        return ["", f"{name} is not gated: its baseline cannot be read", ""], None
     gate = diff(baseline, merged)
     result.failed |= gate.failed
-    lines = [f"### Gate against {baseline_path}: {gate.summary()}", ""]
-    lines += [f"- {line}" for line in [*gate.regressions, *gate.improvements, *gate.notes]]
+    # the verdict leads; the group's page lists each change under "Changes since the baseline"
+    lines = [f"**Gate against {baseline_path}: {gate.summary()}**", ""]
     if gate.changed:
-        lines += ["", f"To accept this run as the baseline: `{refresh_command(str(baseline_path), str(merged_path))}`"]
-    return [*lines, ""]
+        lines += [f"To accept this run as the baseline: `{refresh_command(str(baseline_path), str(merged_path))}`", ""]
+    return lines, baseline
 
 
 def _release_key(name: str) -> tuple[str, tuple[int, ...]]:

@@ -1,5 +1,5 @@
-"""Report files: reading one (a bad file is a one-line ``ReportError``, not a traceback) and writing the JSON and
-Markdown pair atomically, so an interrupted run never leaves a truncated report. No torch import."""
+"""Report files: reading one (a bad file is a one-line ``ReportError``, not a traceback) and writing the JSON,
+Markdown and HTML files atomically, so an interrupted run never leaves a truncated report. No torch import."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from pytest_fullgraph.report.html import HTML_NAME, html
 from pytest_fullgraph.report.render import markdown
 from pytest_fullgraph.report.schema import JSON_NAME, MARKDOWN_NAME, Report, ReportError
 
@@ -74,11 +75,14 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
-def write(report: Report, directory: str | Path) -> list[Path]:
-    """``fullgraph-report.json`` (sorted keys: diffs of two runs stay readable) and ``fullgraph-report.md`` in
-    ``directory``, created if need be; the paths written."""
+def write(report: Report, directory: str | Path, *, baseline: Report | None = None,
+          baseline_name: str = "the baseline") -> list[Path]:
+    """``fullgraph-report.json`` (sorted keys: diffs of two runs stay readable), ``fullgraph-report.md`` and
+    ``fullgraph-report.html`` (both of which, given ``baseline``, also show what changed against it) in ``directory``,
+    created if need be; the paths written."""
     directory = Path(directory)
-    json_path, markdown_path = directory / JSON_NAME, directory / MARKDOWN_NAME
+    json_path, markdown_path, html_path = directory / JSON_NAME, directory / MARKDOWN_NAME, directory / HTML_NAME
     write_atomic(json_path, json.dumps(report.to_dict(), indent=2, sort_keys=True) + "\n")
-    write_atomic(markdown_path, markdown(report))
-    return [json_path, markdown_path]
+    write_atomic(markdown_path, markdown(report, baseline))
+    write_atomic(html_path, html(report, baseline, baseline_name=baseline_name))
+    return [json_path, markdown_path, html_path]

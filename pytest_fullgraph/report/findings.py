@@ -23,7 +23,7 @@ from pytest_fullgraph.report import JSON_NAME, Report, ReportError, distinct, lo
 from pytest_fullgraph.report.audit import disagreements, model_summaries
 from pytest_fullgraph.report.releases import level_order, release_section
 from pytest_fullgraph.report.tables import grouped_sites
-from pytest_fullgraph.results import OUTCOMES, PASS, CheckResult, outcome_rank
+from pytest_fullgraph.results import OUTCOMES, PASS, CheckResult, check_seconds, outcome_rank
 
 #: Break sites listed per table unless ``--sites`` says otherwise.
 DEFAULT_SITES = 15
@@ -278,7 +278,7 @@ def audit_lines(checks: Sequence[CheckResult]) -> list[str]:
 
 def time_lines(checks: Sequence[CheckResult], slowest: int = 5) -> list[str]:
     """The check time summed over checks (not wall time: workers run side by side), and the slowest checks."""
-    spent = {result.check_id: sum(result.timings.values()) for result in checks}
+    spent = {result.check_id: check_seconds(result) for result in checks}
     ordered = sorted(checks, key=lambda result: (-spent[result.check_id], result.key))
     lines = [f"Summed over checks: {sum(spent.values()) / 60:.1f} min. The slowest:", ""]
     lines += [f"- {result.check_id}: {spent[result.check_id]:.1f} s ({result.outcome})"

@@ -19,7 +19,7 @@ from pytest_fullgraph.report.tables import (
     plural,
     sites_by_location,
 )
-from pytest_fullgraph.results import ERROR, MISMATCH, NONDETERMINISTIC, SKIP, CheckResult
+from pytest_fullgraph.results import ERROR, MISMATCH, NONDETERMINISTIC, SKIP, CheckResult, check_seconds
 
 if TYPE_CHECKING:
     from pytest_fullgraph.break_help import BreakHelp
@@ -140,20 +140,14 @@ def audit(checks: list[CheckResult]) -> list[str]:
 
 def slowest(checks: list[CheckResult]) -> list[str]:
     """Where a run's time went: its slowest checks, with the phases' seconds."""
-    timed = sorted((result for result in checks if result.timings), key=lambda r: -seconds_of(r))[:SLOWEST_SHOWN]
+    timed = sorted((result for result in checks if result.timings), key=lambda r: -check_seconds(r))[:SLOWEST_SHOWN]
     if not timed:
         return []
     lines = ["## Slowest checks", "", "| check | seconds | phases |", "|---|---|---|"]
     for result in timed:
         phases = ", ".join(f"{name.removesuffix('_s')} {value:.1f}" for name, value in result.timings.items())
-        lines.append(f"| `{result.check_id}` | {seconds_of(result):.1f} | {phases} |")
+        lines.append(f"| `{result.check_id}` | {check_seconds(result):.1f} | {phases} |")
     return [*lines, ""]
-
-
-def seconds_of(result: CheckResult) -> float:
-    """The check's wall seconds where the report has them, else its phases' sum (older reports)."""
-    measured = getattr(result, "duration_s", None)
-    return float(measured) if measured is not None else sum(result.timings.values())
 
 
 def cudagraphs(checks: list[CheckResult]) -> list[str]:
