@@ -16,6 +16,28 @@ import transformers.models.auto.modeling_auto  # noqa: F401
 
 pytest_plugins = ["pytester"]
 
+#: Why a ``slow`` test is skipped by default: the breadth tests that build whole programs (AOTInductor) or run the
+#: suite many times over keep `.ci/run` past its minutes; the workflow's ``plugin`` job runs them on every pull
+#: request.
+SLOW_REASON = "a slow breadth test of the plugin: run with --slow-tests (the workflow's plugin job does)"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--slow-tests", action="store_true", default=False,
+                     help="also run the plugin's slow breadth tests (marked slow)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"slow: {SLOW_REASON}")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--slow-tests"):
+        return
+    for item in items:
+        if item.get_closest_marker("slow") is not None:
+            item.add_marker(pytest.mark.skip(reason=SLOW_REASON))
+
 #: A conftest for pytester runs: toy models built on the tiny llama, each with a known behaviour.
 #: Line numbers matter: tests assert the planted break is reported at PLANTED_BREAK_LINE.
 TOY_CONFTEST = textwrap.dedent('''\

@@ -90,6 +90,11 @@ def exported_while(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"generate": program, "inputs": inputs, "directory": directory}
 
 
+#: Each runtime; AOTInductor's build of a whole generation takes a minute or more on 2 cores: a slow test.
+RUNTIMES_SLOW_AOTI = [pytest.param(runtime, marks=pytest.mark.slow) if runtime == "aoti" else runtime
+                      for runtime in RUNTIMES]
+
+
 def load_in_a_fresh_process(artifact: Path, inputs: Path) -> str:
     completed = subprocess.run([sys.executable, "-c", LOAD_IN_A_FRESH_PROCESS, str(artifact), str(inputs)],
                                capture_output=True, text=True, timeout=300, check=False)
@@ -97,7 +102,7 @@ def load_in_a_fresh_process(artifact: Path, inputs: Path) -> str:
     return completed.stdout.strip()
 
 
-@pytest.mark.parametrize("runtime", list(RUNTIMES))
+@pytest.mark.parametrize("runtime", RUNTIMES_SLOW_AOTI)
 def test_a_saved_generation_gives_generates_tokens_in_a_fresh_process(exported: dict[str, Any], runtime: str) -> None:
     """One dynamic program, saved, loaded in a new process, three shapes: exactly generate's tokens each."""
     artifact = save_generate(exported["generate"], exported["directory"] / "llama", runtime=runtime, model="llama")
@@ -105,7 +110,7 @@ def test_a_saved_generation_gives_generates_tokens_in_a_fresh_process(exported: 
     assert load_in_a_fresh_process(artifact, exported["inputs"]).splitlines() == ["equal"] * len(SHAPES)
 
 
-@pytest.mark.parametrize("runtime", list(RUNTIMES))
+@pytest.mark.parametrize("runtime", RUNTIMES_SLOW_AOTI)
 def test_a_saved_while_program_serves_every_shape_and_length_in_a_fresh_process(exported_while: dict[str, Any],
                                                                                 runtime: str) -> None:
     """One while_loop program, saved, loaded in a new process: three shapes, two lengths, generate's tokens."""

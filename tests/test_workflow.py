@@ -69,6 +69,9 @@ def test_pull_requests_run_the_fast_tier_and_the_schedule_the_slow_one_over_ever
     assert len(jobs["slow"]["strategy"]["matrix"]["torch"]) >= 2  # the torch-version axis
     assert jobs["slow"]["env"]["RUN_SLOW"] == "1"
     assert jobs["collate"]["needs"] == ["fast", "slow"]
+    # the plugin's own tests, the slow ones included, on every pull request
+    assert jobs["plugin"]["if"] == "github.event_name == 'pull_request'"
+    assert any(job == "plugin" and "--slow-tests" in line for job, line, _ in commands())
     shards = {job: len(jobs[job]["strategy"]["matrix"]["shard"]) for job in ("fast", "slow")}
     for job, count in shards.items():
         assert any(f"--fullgraph-shard=${{{{ matrix.shard }}}}/{count}" in line for name, line, _ in commands()
@@ -95,6 +98,9 @@ def test_every_command_names_options_and_entry_points_that_exist(job: str, line:
             assert "--fullgraph-device='cuda': torch.cuda.is_available() is False" in completed.stderr
             return
         assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-2000:]
+        if "tests" in argv:  # the plugin's own tests, not the suite
+            assert "tests/test_artifacts.py::" in completed.stdout
+            return
         assert "test_generation_compiles_exactly" in completed.stdout
     else:
         completed = subprocess.run([sys.executable, *argv[1:]], cwd=tmp_path, env=env, capture_output=True,
