@@ -156,3 +156,14 @@ def test_the_quick_starts_expected_xfails_and_skips_are_what_it_collects() -> No
     assert len(ids) == 44 + 4 + 8, completed.stdout
     assert sum("-generate-" in line for line in ids) == 8
     assert sum("cudagraphs_matches_eager" in line for line in ids) == 4
+
+
+def test_ci_runs_only_commands_the_readme_gives() -> None:
+    """`.ci/run` installs and tests exactly as the README says: each of its commands is one of the README's."""
+    readme = {line.removeprefix("python -m ") for line in _shell_lines((REPOSITORY / "README.md").read_text())}
+    ci = [line.strip() for line in (REPOSITORY / ".ci" / "run").read_text().splitlines()
+          if line.strip().startswith("python -m ")]
+    assert len(ci) == 3
+    for line in ci:
+        command = line.removeprefix("python -m ")
+        assert any(command.startswith(given) or given.startswith(command) for given in readme), line
