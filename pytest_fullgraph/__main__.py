@@ -1,5 +1,6 @@
 """``python -m pytest_fullgraph`` (or ``pytest-fullgraph``): merge, diff, collate reports and write the findings;
-list the registered models and scenarios; the versions CI keys its caches on.
+list the registered models and scenarios; the versions CI keys its caches on; standalone reproducers of failing
+checks (``repro``).
 
 Exit status: 0 done, 1 a gate failed (a regression), 2 bad input (an unknown option or name, a report that is
 missing, corrupt, foreign or of a newer schema), each bad input said in one line on stderr; 141 when the reader

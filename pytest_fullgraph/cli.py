@@ -147,8 +147,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _repro_parser(commands: Any) -> None:
-    repro = _command(commands, "repro", "Standalone reproducers of failing checks: one script per cause that needs only "
-                                        "torch and transformers, shrunk and verified in a fresh process (imports torch)")
+    repro = _command(commands, "repro", "Standalone reproducers of failing checks: one script per cause that needs "
+                                        "only torch and transformers, shrunk and verified in a fresh process")
     repro.add_argument("inputs", nargs="+", metavar="REPORT.json|CHECK_ID|MODEL",
                        help="Reports (.json or .json.gz, merged), then check ids or model names (default: every "
                             "failing check)")
