@@ -58,6 +58,8 @@ def _main(argv: Sequence[str] | None) -> int:
             return _collate(args)
         if args.report_command == "findings":
             return _findings(args)
+        if args.report_command == "upstream":
+            return _upstream(args)
         if args.report_command == "merge":
             merged = report.merge((str(path), report.load(path)) for path in report.distinct(args.reports))
             for path in report.write(merged, args.output):
@@ -139,6 +141,17 @@ def _findings(args: argparse.Namespace) -> int:
     else:
         findings.write(text, output)
         print(output)
+    return 0
+
+
+def _upstream(args: argparse.Namespace) -> int:
+    from pytest_fullgraph.report.upstream import write_drafts
+
+    paths = report.distinct(args.reports)
+    merged = report.merge((str(path), report.load(path)) for path in paths)
+    names = " ".join(str(path) for path in paths)
+    for path in write_drafts(merged, names, Path(args.output), Path(args.repros) if args.repros else None):
+        print(path)
     return 0
 
 

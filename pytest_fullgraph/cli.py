@@ -31,6 +31,9 @@ _EXAMPLES = {
       --expect fast-torch2.13.0 --summary step-summary.md""",
     "findings": """example:
   python -m pytest_fullgraph report findings bench/reports --releases bench/reports/releases -o docs/FINDINGS.md""",
+    "upstream": """example:
+  python -m pytest_fullgraph repro bench/reports/matrix-*.json.gz cpmant mpt -o repros
+  python -m pytest_fullgraph report upstream bench/reports/matrix-*.json.gz --repros repros -o drafts""",
     "models": """examples:
   python -m pytest_fullgraph models llama,gemma
   python -m pytest_fullgraph models 'tag:moe' --no-build --json
@@ -122,6 +125,12 @@ def parser() -> argparse.ArgumentParser:
     compare.add_argument("--html", default=None, metavar="FILE",
                          help="Also write CURRENT as an HTML page that shows what changed against BASELINE")
     _findings_parser(report_commands)
+    upstream = _command(report_commands, "upstream", "Draft the findings for the people who can fix them: one "
+                                                     "Markdown file per group of whose fault they are")
+    upstream.add_argument("reports", nargs="+", metavar="REPORT.json")
+    upstream.add_argument("-o", "--output", required=True, metavar="DIR", help="Directory for the drafts")
+    upstream.add_argument("--repros", default=None, metavar="DIR",
+                          help="A `repro` output directory: its scripts go into the drafts they reproduce")
     _command(commands, "versions", "key=torch<v>-transformers<v>-py<v> and each version, one per line "
                                    "(CI's compile-cache key; imports torch)")
     models = _command(

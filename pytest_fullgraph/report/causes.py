@@ -38,6 +38,11 @@ _FAULT_OF_PATH = (("transformers/models/", "model"), ("transformers/", "transfor
                   ("pytest_fullgraph/", "loop"))
 
 
+def fault_of_origin(origin: str) -> str:
+    """The fault a break's origin (``breaks.ORIGINS``) names: a key of ``FAULTS``."""
+    return _FAULT_OF_ORIGIN.get(origin, "unknown")
+
+
 def fault_of(result: CheckResult) -> str:
     """A key of ``FAULTS`` for a failing check: a break's root-cause origin, else an error's stated blame, else
     where the error was raised."""
