@@ -207,10 +207,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
-def _worker_id(node: Any) -> str:
-    return str(getattr(node, "workerinput", {}).get("workerid", node))
-
-
 class _ControllerHooks:
     """Hooks bound to this run's session; registered per config, so pytester's nested runs stay apart.
 
@@ -230,12 +226,12 @@ class _ControllerHooks:
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object | None) -> None:
         if error is not None:
-            self.session.crashed_workers.append({"node": _worker_id(node), "error": str(error).strip()[:500]})
+            self.session.crashed_workers.append({"node": progress.worker_id(node), "error": str(error).strip()[:500]})
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
         """xdist names the test a dead worker was running; a check among them is recorded as ``error``."""
-        self.session.record_crash(crashitem, _worker_id(getattr(report, "node", None)),
+        self.session.record_crash(crashitem, progress.worker_id(getattr(report, "node", None)),
                                   check_of_test_id(crashitem, self.session))
 
     def pytest_plugin_registered(self, plugin: object, manager: pytest.PytestPluginManager) -> None:

@@ -135,6 +135,11 @@ class Progress:
                             in_seconds=self.expected.in_seconds)
 
 
+def worker_id(node: Any) -> str:
+    """An xdist worker's id (``gw0``), or the node as text where it has none (a crash report's missing node)."""
+    return str(getattr(node, "workerinput", {}).get("workerid", node))
+
+
 def show(config: pytest.Config, check_of: Callable[[str], CheckKey | None], earlier: Report | None) -> None:
     """Write progress lines in this run (the controller's): ``check_of`` tells which test ids are checks."""
     hooks = ProgressHooks(config, Progress(check_of, earlier))
@@ -154,7 +159,7 @@ class ProgressHooks:
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: Sequence[str]) -> None:
         """Under xdist the controller collects nothing: each worker's collection says what runs, and on how many."""
-        self.progress.workers.add(str(getattr(node, "workerinput", {}).get("workerid", node)))
+        self.progress.workers.add(worker_id(node))
         self.progress.collected(ids)
 
     @pytest.hookimpl(trylast=True)  # after pytest's own line for the test, so ours follows it

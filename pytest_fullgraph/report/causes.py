@@ -33,9 +33,16 @@ _FAULT_OF_MESSAGE = (
     (re.compile(r"so the loop is at fault"), "loop"),
     (re.compile(r"nothing was compiled: transformers ran"), "transformers"),
 )
-_RAISED_AT = re.compile(r" failed at (\S+?):\d+: ")
+#: Where an error of a check's phase was raised, and its type: "... failed at FILE:LINE: TYPE: ..." (``check``).
+_RAISED_AT = re.compile(r" failed at (\S+?:\d+): (?:(\w+(?:\.\w+)*): )?")
 _FAULT_OF_PATH = (("transformers/models/", "model"), ("transformers/", "transformers"), ("torch/", "torch"),
                   ("pytest_fullgraph/", "loop"))
+
+
+def raised_at(message: str) -> tuple[str, str] | None:
+    """(``file:line``, exception type or "") of an error's message, or None when it names no place."""
+    found = _RAISED_AT.search(message)
+    return (found.group(1), found.group(2) or "") if found else None
 
 
 def fault_of_origin(origin: str) -> str:
@@ -49,15 +56,14 @@ def fault_of(result: CheckResult) -> str:
     if result.outcome == BREAK:
         records = result.break_records()
         root = next((record for record in records if record.root_cause), records[0] if records else None)
-        return _FAULT_OF_ORIGIN.get(root.origin, "unknown") if root else "unknown"
+        return fault_of_origin(root.origin) if root else "unknown"
     for pattern, fault in _FAULT_OF_MESSAGE:
         if pattern.search(result.message):
             return fault
     if result.first_break is not None and result.first_break.origin in _FAULT_OF_ORIGIN:
         return _FAULT_OF_ORIGIN[result.first_break.origin]
-    raised = _RAISED_AT.search(result.message)
-    path = raised.group(1) if raised else ""
-    return next((fault for prefix, fault in _FAULT_OF_PATH if path.startswith(prefix)), "unknown")
+    place, _ = raised_at(result.message) or ("", "")
+    return next((fault for prefix, fault in _FAULT_OF_PATH if place.startswith(prefix)), "unknown")
 
 
 #: A model class in a reason (``RwkvForCausalLM.forward takes no `cache` argument``) and the loop form named.

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_fullgraph.report.causes import error_key, fault_of, fault_of_origin
+from pytest_fullgraph.report.causes import error_key, fault_of, fault_of_origin, raised_at
 from pytest_fullgraph.report.files import write_atomic
 from pytest_fullgraph.report.schema import Report
 from pytest_fullgraph.report.tables import fold, plural, shown_where
@@ -114,9 +114,9 @@ def causes(found: list[Finding]) -> list[Cause]:
 
 def _headline(result: CheckResult) -> str:
     """An error's type and place, without the blame sentence: ``IndexError at transformers/cache_utils.py:487``."""
-    located = re.search(r" failed at (\S+): (\w+(?:\.\w+)*): ", result.message)
-    if located:
-        return f"{result.outcome}: {located.group(2)} at {located.group(1)}"
+    place, error_type = raised_at(result.message) or ("", "")
+    if error_type:
+        return f"{result.outcome}: {error_type} at {place}"
     return f"{result.outcome}: {result.headline().split(';')[0]}"
 
 
