@@ -19,7 +19,9 @@ SCHEMA = "pytest_fullgraph/report"
 #: and the derived ``break_help`` section (PyTorch's hints by GB id); version 6 each break's ``cause`` (the break
 #: inside a higher-order op such as ``while_loop``) and each check's ``peak_memory`` (CUDA, bytes); version 7 each
 #: check's ``duration_s``. Optional fields bump it too: a reader refuses fields it does not know, and the bump
-#: turns "malformed report" into "written by a newer pytest_fullgraph: upgrade".
+#: turns "malformed report" into "written by a newer pytest_fullgraph: upgrade". The derived top-level
+#: ``known_issues`` (the known upstream issues the checks match) came without a bump: it is recomputed from the
+#: checks, never read back, and readers pass over top-level fields they do not know.
 SCHEMA_VERSION = 7
 #: Versions this package reads; older reports load with the newer fields at their defaults (float32).
 READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6, 7)

@@ -21,6 +21,7 @@ from typing import Any
 
 from pytest_fullgraph.report import JSON_NAME, Report, ReportError, distinct, load, merge, write_atomic
 from pytest_fullgraph.report.audit import disagreements, model_summaries
+from pytest_fullgraph.report.known_issues import known_of
 from pytest_fullgraph.report.releases import level_order, release_section
 from pytest_fullgraph.report.tables import grouped_sites
 from pytest_fullgraph.results import OUTCOMES, PASS, CheckResult, check_seconds, outcome_rank
@@ -205,7 +206,8 @@ def site_table(checks: Sequence[CheckResult], count: int) -> list[str]:
         return ["No graph breaks."]
     lines = ["| site | GB id | break | origin | models | checks | which models |", "|---|---|---|---|---|---|---|"]
     for site in sites[:count]:
-        what = site["gb_type"] + (f"; inside it: {site['inside']}" if site["inside"] else "")
+        what = site["gb_type"] + (f"; inside it: {site['inside']}" if site["inside"] else "") + "".join(
+            f"; {issue.label()}" for issue in site["known"])
         named = ", ".join(site["models"][:12]) + (f", and {len(site['models']) - 12} more"
                                                   if len(site["models"]) > 12 else "")
         lines.append("| " + " | ".join(_cell(text) for text in (
@@ -238,7 +240,8 @@ def level_differences(checks: Sequence[CheckResult]) -> list[str]:
 
 
 def outcome_lines(checks: Sequence[CheckResult], outcome: str) -> list[str]:
-    """The models with an ``outcome``: their levels, and the first such check's message."""
+    """The models with an ``outcome``: their levels, the first such check's message, and the known upstream
+    issues their checks match."""
     by_model: dict[str, list[CheckResult]] = {}
     for result in checks:
         if result.outcome == outcome:
@@ -249,6 +252,7 @@ def outcome_lines(checks: Sequence[CheckResult], outcome: str) -> list[str]:
     for model, found in sorted(by_model.items()):
         levels = ", ".join(level_order(found))
         lines.append(f"  - {model} ({levels}): {_message(found[0].message)}")
+        lines += [f"    - {issue.label()}: {issue.title}" for issue in known_of(found)]
     return lines
 
 

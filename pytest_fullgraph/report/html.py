@@ -18,6 +18,7 @@ from importlib import resources
 from typing import Any
 
 from pytest_fullgraph.report.gate import GateResult, diff
+from pytest_fullgraph.report.known_issues import by_issue
 from pytest_fullgraph.report.schema import Report
 from pytest_fullgraph.report.tables import canonical, columns, crash_line, grouped_sites, plural
 from pytest_fullgraph.results import DEFAULT_DTYPE, OUTCOMES, CheckResult
@@ -68,7 +69,7 @@ def html(report: Report, baseline: Report | None = None, *, baseline_name: str =
         changed = changes_by_check(gate)
         sections += _changes_section(baseline, report, gate, baseline_name)
     facets = _facets(report, checks, changed)
-    sections += [*_checks_section(facets), *_sites_section(report, checks)]
+    sections += [*_known_section(checks), *_checks_section(facets), *_sites_section(report, checks)]
     meta = {"roots": source_roots(report.environment), "outcomes": list(OUTCOMES), "facets": facets,
             "help": {gb_id: found.url for gb_id, found in report.break_help().items()}, "changes": changed}
     return "\n".join([
@@ -245,6 +246,21 @@ def _facets(report: Report, checks: list[CheckResult], changed: dict[str, list[s
                          for value in canonical(set(counted[name]), orders[name])]} for name in names]
 
 
+def _known_section(checks: list[CheckResult]) -> list[str]:
+    """The known upstream issues the failing checks match (``known_issues``), each linked, with its checks."""
+    matched = by_issue(checks)
+    if not matched:
+        return []
+    lines = ["<h2>Known upstream issues</h2>", '<table class="known"><thead><tr><th>known</th><th>status</th>'
+             '<th>what</th><th class="n">checks</th><th>which</th></tr></thead><tbody>']
+    for issue, found in matched:
+        ids = (f"<details><summary>{plural(len(found), 'check')}</summary>"
+               f"{_text(', '.join(result.check_id for result in found))}</details>")
+        lines.append(f'<tr><td><a href="{_text(issue.url)}">{_text(issue.url)}</a></td><td>{_text(issue.status)}</td>'
+                     f'<td>{_text(issue.title)}</td><td class="n">{len(found)}</td><td class="models">{ids}</td></tr>')
+    return [*lines, "</tbody></table>"]
+
+
 def _checks_section(facets: list[dict[str, Any]]) -> list[str]:
     """The filters and the table the script fills (a row's click shows the check's breaks and JSON)."""
     selects = [f'<label>{_text(facet["label"])}<select id="filter-{facet["name"]}"><option value="">all</option>'
@@ -282,6 +298,8 @@ def _sites_section(report: Report, checks: list[CheckResult]) -> list[str]:
         url = source_url(file, int(line), roots) if line.isdigit() else ""
         where = f'<a href="{_text(url)}">{_text(site["where"])}</a>' if url else _text(site["where"])
         inside = f"; inside it: {_text(site['inside'])}" if site.get("inside") else ""
+        inside += "".join(f'; known: <a href="{_text(issue.url)}">{_text(issue.url)}</a> ({_text(issue.status)})'
+                          for issue in site["known"])
         models = (f"<details><summary>{plural(len(site['models']), 'model')}</summary>"
                   f"{_text(', '.join(site['models']))}</details>")
         lines.append(f'<tr><td class="where">{where}</td><td>{_text(site["function"])}</td>'

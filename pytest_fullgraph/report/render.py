@@ -67,6 +67,7 @@ def markdown(report: Report, baseline: Report | None = None) -> str:
     lines += _matrix(report, checks)
     lines += sections.break_sites(report, checks)
     lines += sections.errors(report, checks)
+    lines += sections.known_upstream(checks)
     lines += sections.mismatches(checks)
     lines += sections.skips(checks)
     lines += sections.audit(checks)

@@ -12,6 +12,7 @@ from typing import Any
 
 from pytest_fullgraph.break_help import BreakHelp
 from pytest_fullgraph.report.audit import model_summaries
+from pytest_fullgraph.report.known_issues import report_section
 from pytest_fullgraph.report.validate import problem, record_problem
 from pytest_fullgraph.results import READABLE_SCHEMA_VERSIONS, SCHEMA, SCHEMA_VERSION, CheckResult
 
@@ -68,6 +69,8 @@ class Report:
             "models": [summary.to_dict() for summary in model_summaries(self.checks)],
             # the run's torch's words, read back by collate, merge and render (which need no torch)
             "break_help": {gb_id: found.to_dict() for gb_id, found in self.break_help().items()},
+            # derived from the checks and this package's table of known upstream issues; recomputed, never read back
+            "known_issues": report_section(self.checks),
         }
 
     @classmethod

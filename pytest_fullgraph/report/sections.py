@@ -1,6 +1,7 @@
-"""The Markdown page's sections grouped by cause: break sites per line of code, errors by cause and whose fault,
-skips by reason, mismatches, the flag audit's disagreements, CUDA-graph skips, peak memory and the slowest
-checks. Each is a list of lines, empty when there is nothing to say."""
+"""The Markdown page's sections grouped by cause: break sites per line of code, errors by cause and whose fault
+(each marked "known: URL" where the table of known upstream issues has it), the known upstream issues, skips by
+reason, mismatches, the flag audit's disagreements, CUDA-graph skips, peak memory and the slowest checks. Each is
+a list of lines, empty when there is nothing to say."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_fullgraph.builtin_levels import BUILTIN_LEVEL_NAMES
 from pytest_fullgraph.report.audit import disagreements, has_flags, model_summaries
 from pytest_fullgraph.report.causes import FAULTS, error_key, group, skip_key
+from pytest_fullgraph.report.known_issues import KnownIssue, by_issue, known, known_of, labels
 from pytest_fullgraph.report.schema import Report
 from pytest_fullgraph.report.tables import (
     canonical,
@@ -19,7 +21,16 @@ from pytest_fullgraph.report.tables import (
     plural,
     sites_by_location,
 )
-from pytest_fullgraph.results import ERROR, MISMATCH, NONDETERMINISTIC, SKIP, CheckResult, check_seconds
+from pytest_fullgraph.results import (
+    BREAK,
+    ERROR,
+    FAILING_OUTCOMES,
+    MISMATCH,
+    NONDETERMINISTIC,
+    SKIP,
+    CheckResult,
+    check_seconds,
+)
 
 if TYPE_CHECKING:
     from pytest_fullgraph.break_help import BreakHelp
@@ -54,7 +65,12 @@ def _break_text(site: dict[str, Any], help_by_id: dict[str, BreakHelp]) -> str:
     link = (f"[{gb_id}]({help_by_id[gb_id].url}) " if gb_id in help_by_id else f"{gb_id} ") if gb_id else ""
     inside = f" (inside it: {escape(site['inside'])})" if site.get("inside") else ""
     consequence = "" if site["root_cause"] else " *(consequence)*"
-    return f"{link}{escape(site['gb_type'])}{inside}{consequence}"
+    return f"{link}{escape(site['gb_type'])}{inside}{consequence}{_known_text(site['known'])}"
+
+
+def _known_text(issues: list[KnownIssue]) -> str:
+    """`` (known: URL (open))`` after a cause matched by the table of known upstream issues; "" for a new one."""
+    return f" ({escape(labels(issues))})" if issues else ""
 
 
 def _break_help(gb_ids: list[str], help_by_id: dict[str, BreakHelp]) -> list[str]:
@@ -81,8 +97,25 @@ def errors(report: Report, checks: list[CheckResult]) -> list[str]:
              "|---|---|---|---|---|"]
     for found in groups:
         levels = canonical(set(found.levels), [*BUILTIN_LEVEL_NAMES, *(report.environment.get("levels") or {})])
-        lines.append(f"| {FAULTS[found.fault]} | {escape(found.example)} | {len(found.checks)} | "
-                     f"{fold(found.models)} | {', '.join(levels)} |")
+        lines.append(f"| {FAULTS[found.fault]} | {escape(found.example)}{_known_text(known_of(found.checks))} | "
+                     f"{len(found.checks)} | {fold(found.models)} | {', '.join(levels)} |")
+    return [*lines, ""]
+
+
+def known_upstream(checks: list[CheckResult]) -> list[str]:
+    """The known upstream issues the failing checks match (``report.known_issues``), and how many failing checks
+    match none: those are new to the table."""
+    matched = by_issue(checks)
+    if not matched:
+        return []
+    failing = [result for result in checks if result.outcome in (*FAILING_OUTCOMES, BREAK)]
+    covered = {result.check_id for _, found in matched for result in found}
+    lines = ["## Known upstream issues", "",
+             f"{len(covered)} of {plural(len(failing), 'failing check')} match an issue or pull request already "
+             "reported upstream; the rest are not in the table (`pytest_fullgraph/report/known_issues.py`).", "",
+             "| known | status | what | checks | models |", "|---|---|---|---|---|"]
+    lines += [f"| {issue.url} | {issue.status} | {escape(issue.title)} | {len(found)} | "
+              f"{fold(sorted({result.model for result in found}))} |" for issue, found in matched]
     return [*lines, ""]
 
 
@@ -103,7 +136,7 @@ def mismatches(checks: list[CheckResult]) -> list[str]:
     found = [result for result in checks if result.outcome == MISMATCH]
     if not found:
         return []
-    items = [f"- `{result.check_id}`: {escape(result.headline())}" for result in found]
+    items = [f"- `{result.check_id}`: {escape(result.headline())}{_known_text(known(result))}" for result in found]
     return ["## Mismatches", "", *folded_list(items, "mismatch"), ""]
 
 

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from pytest_fullgraph.builtin_levels import BUILTIN_LEVEL_NAMES
+from pytest_fullgraph.report import known_issues
 from pytest_fullgraph.report.schema import Report
 from pytest_fullgraph.results import DEFAULT_DTYPE, CheckResult
 from pytest_fullgraph.scenarios import SCENARIOS
@@ -62,7 +63,8 @@ def rows(checks: list[CheckResult]) -> list[tuple[str, str, str]]:
 
 
 def grouped_sites(checks: list[CheckResult]) -> list[dict[str, Any]]:
-    """Break sites across all checks, most widespread first: location, GB id, origin, models, checks."""
+    """Break sites across all checks, most widespread first: location, GB id, origin, models, checks, and the
+    known upstream issues its breaks match (``known``)."""
     sites: dict[tuple[str, str, str], dict[str, Any]] = {}
     for result in checks:
         for record in result.break_records():
@@ -74,13 +76,16 @@ def grouped_sites(checks: list[CheckResult]) -> list[dict[str, Any]]:
                 "origin": record.origin, "function": record.function, "source": record.source,
                 "models": set(), "checks": set(),
                 "root_cause": False, "inside": inside, "inside_gb_id": record.cause.gb_id if record.cause else "",
+                "known": {},
             })
             site["models"].add(result.model)
             site["checks"].add(result.check_id)
             site["root_cause"] |= record.root_cause
+            site["known"].update(dict.fromkeys(known_issues.known(result, record)))
     ordered = sorted(sites.values(), key=lambda s: (-len(s["checks"]), location_key(s["where"]), s["gb_type"]))
     for site in ordered:
         site["models"], site["checks"] = sorted(site["models"]), sorted(site["checks"])
+        site["known"] = list(site["known"])
     return ordered
 
 

@@ -1,11 +1,13 @@
 """pytest's terminal summary of a report: a compact matrix, the most widespread break sites with PyTorch's hint,
-flag disagreements, why checks were skipped, CUDA-graph skips, crashed workers."""
+the known upstream issues the failures match, flag disagreements, why checks were skipped, CUDA-graph skips,
+crashed workers."""
 
 from __future__ import annotations
 
 from collections import Counter
 
 from pytest_fullgraph.report.audit import disagreements, model_summaries
+from pytest_fullgraph.report.known_issues import by_issue
 from pytest_fullgraph.report.schema import Report
 from pytest_fullgraph.report.tables import (
     break_label,
@@ -52,6 +54,10 @@ def terminal_lines(report: Report, top_sites: int = 5) -> list[str]:
             found = help_by_id.get(site["gb_id"] or site["inside_gb_id"])
             if found is not None:
                 lines.append(f"    hint: {hint_text(found) or found.explanation} {found.url}".rstrip())
+            lines += [f"    {issue.label()}" for issue in site["known"]]
+    for issue, matched in by_issue(checks):  # a repeated run tells its known failures from new ones
+        lines.append(f"{issue.label()}: {issue.title}, in {len(matched)} failing check(s): "
+                     f"{', '.join(sorted({result.model for result in matched}))}")
     disagreeing = disagreements(model_summaries(checks))
     if disagreeing:
         lines.append(f"_can_compile_fullgraph disagrees with the verdicts for {len(disagreeing)} model(s):")

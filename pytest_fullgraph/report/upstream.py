@@ -3,7 +3,9 @@
 Markdown draft per group with a section per cause: title, versions, expected versus actual, the models affected and
 the reproducer (``repro``'s script where one covers the cause). No torch import.
 
-Failures of our own loop and of the user's code are not upstream's: the index lists them, with where to look.
+Failures of our own loop and of the user's code are not upstream's: the index lists them, with where to look. A
+cause the table of known upstream issues (``known_issues``) has is linked to its issue or pull request, not
+presented as new.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from pytest_fullgraph.report.causes import error_key, fault_of, fault_of_origin, raised_at
 from pytest_fullgraph.report.files import write_atomic
+from pytest_fullgraph.report.known_issues import KnownIssue, known
 from pytest_fullgraph.report.schema import Report
 from pytest_fullgraph.report.tables import fold, plural, shown_where
 from pytest_fullgraph.results import BREAK, FAILING_OUTCOMES, MISMATCH, BreakRecord, CheckResult
@@ -99,6 +102,15 @@ class Cause:
     def models(self) -> list[str]:
         return sorted({finding.result.model for finding in self.findings})
 
+    def known(self) -> dict[KnownIssue, list[str]]:
+        """The known upstream issues its findings match (already reported: to be linked, not filed again), each
+        with the ids of the checks it covers."""
+        found: dict[KnownIssue, list[str]] = {}
+        for finding in self.findings:
+            for issue in known(finding.result, finding.record):
+                found.setdefault(issue, []).append(finding.result.check_id)
+        return {issue: list(dict.fromkeys(checks)) for issue, checks in found.items()}
+
 
 def causes(found: list[Finding]) -> list[Cause]:
     """Findings grouped by one cause each: a break by its site and type, anything else by its message with numbers
@@ -143,7 +155,12 @@ def draft(group: str, found: list[Cause], environment: dict[str, Any], report_na
     for number, cause in enumerate(found, 1):
         example = cause.checks[0]
         levels = ", ".join(dict.fromkeys(result.level for result in cause.checks))
-        lines += [f"## {number}. {cause.title}", "",
+        already = cause.known()
+        lines += [f"## {number}. {cause.title}{' (known upstream)' if already else ''}", "",
+                  *(line for issue, covered in already.items() for line in (
+                      f"**Known upstream** ({issue.status}, {len(covered)} of {plural(len(cause.checks), 'check')}): "
+                      f"[{issue.title}]({issue.url}). Already reported: add to it what this run adds (models, "
+                      "versions) rather than file it again.", "")),
                   f"**Models affected** ({plural(len(cause.models), 'model')}, {plural(len(cause.checks), 'check')}; "
                   f"levels {levels}): {fold(cause.models, shown=12)}", "",
                   f"**Expected:** {_EXPECTED.get(example.outcome, 'the call succeeds')}.", "",
@@ -175,7 +192,10 @@ def write_drafts(report: Report, report_names: str, output: Path, repros: Path |
             write_atomic(path, draft(group, found, report.environment, report_names, scripts))
             written.append(path)
             checks = {finding.result.check_id for finding in by_group[group]}
-            index.append(f"- [{who}]({path.name}): {plural(len(found), 'cause')}, {plural(len(checks), 'check')}")
+            known_causes = sum(1 for cause in found if cause.known())
+            already = f" ({known_causes} known upstream)" if known_causes else ""
+            index.append(f"- [{who}]({path.name}): {plural(len(found), 'cause')}{already}, "
+                         f"{plural(len(checks), 'check')}")
     for group, who in NOT_UPSTREAM.items():
         if group in by_group:
             models = sorted({finding.result.model for finding in by_group[group]})

@@ -1,0 +1,209 @@
+"""Known upstream issues (``report.known_issues``): every entry of the table matches the finding it claims in the
+recorded reports and nothing else there; the matcher on fake records, near misses included; "known: URL" in the
+JSON, Markdown, HTML, terminal summary, a failing test's message and ``report upstream``'s drafts."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pytest_fullgraph import report
+from pytest_fullgraph.report import known_issues
+from pytest_fullgraph.report.findings import outcome_lines
+from pytest_fullgraph.report.html import html
+from pytest_fullgraph.report.known_issues import KNOWN_ISSUES, SIGNATURE, STATUSES, KnownIssue, known
+from pytest_fullgraph.report.upstream import write_drafts
+from pytest_fullgraph.results import BreakRecord, CheckResult
+
+REPOSITORY = Path(__file__).parent.parent
+#: Every report the repository keeps: the measured runs, the torch releases and the CI baseline.
+RECORDINGS = sorted([*(REPOSITORY / "bench" / "reports").rglob("*.json.gz"),
+                     *(REPOSITORY / "baselines").glob("*.json")])
+DSV4 = "https://github.com/huggingface/transformers/pull/46384"
+#: Each entry of ``KNOWN_ISSUES`` by its address: the models whose checks it covers in the recorded reports, and
+#: words every covered check's message or break says (the finding the entry claims). An entry without a line here
+#: fails ``test_every_entry_matches_what_it_claims_in_the_recorded_reports``.
+RECORDED = {
+    DSV4: ({"deepseek_v4"}, "KeyError: 'heavily_compressed_attention'"),
+}
+#: deepseek_v4's static-cache error as the 196-model run recorded it (``bench/reports/matrix-a-f.json.gz``).
+DSV4_ERROR = ("eager generation by fullgraph_generate failed at transformers/cache_utils.py:2156: KeyError: "
+              "'heavily_compressed_attention'; model.generate with a static cache fails too (KeyError: "
+              "'heavily_compressed_attention'): the model's static-cache path, not the loop")
+
+
+@pytest.fixture(scope="module")
+def recorded() -> list[CheckResult]:
+    if not RECORDINGS:
+        pytest.skip("bench/reports/ is not in this checkout")
+    return [result for path in RECORDINGS for result in report.load(path).checks]
+
+
+def texts(result: CheckResult) -> str:
+    return " ".join([result.message, *(failure.message for failure in known_issues.failures(result))])
+
+
+@pytest.mark.parametrize("issue", KNOWN_ISSUES, ids=lambda issue: issue.url.rpartition("github.com/")[2])
+def test_every_entry_matches_what_it_claims_in_the_recorded_reports(issue: KnownIssue,
+                                                                     recorded: list[CheckResult]) -> None:
+    assert issue.url in RECORDED, f"{issue.url}: add the models and words it covers to RECORDED"
+    models, words = RECORDED[issue.url]
+    matched = [result for result in recorded if issue in known(result)]
+    assert matched, f"{issue.url} matches no check of {len(RECORDINGS)} recorded reports"
+    assert {result.model for result in matched} == models
+    assert all(words in texts(result) for result in matched)
+    # and nothing else: every failing check that says those words is matched
+    said = [result.check_id for result in recorded if words in texts(result) and result.outcome != "pass"]
+    assert sorted(said) == sorted(result.check_id for result in matched)
+
+
+def test_deepseek_v4s_static_cache_entry_is_its_16_errors_not_its_generate_breaks(recorded: list[CheckResult]) -> None:
+    matched = [result for result in recorded if known(result)]
+    assert len(matched) == 16 and {result.outcome for result in matched} == {"error"}
+    assert {result.level for result in matched} == {"forward", "decode", "export", "while"}
+    generate = [result for result in recorded if result.model == "deepseek_v4" and result.level == "generate"]
+    assert generate and not any(known(result) for result in generate)
+
+
+def test_the_table_is_well_formed() -> None:
+    assert len({issue.url for issue in KNOWN_ISSUES}) == len(KNOWN_ISSUES)
+    for issue in KNOWN_ISSUES:
+        assert issue.url.startswith("https://github.com/") and issue.title and issue.status in STATUSES
+        # a model or level alone would mark every failure of a model known
+        assert set(issue.signature()) - {"model", "level"}, issue.url
+        assert set(issue.signature()) <= set(SIGNATURE)
+
+
+def an_error(message: str = DSV4_ERROR, outcome: str = "error", model: str = "deepseek_v4",
+             level: str = "decode") -> CheckResult:
+    return CheckResult(model, "greedy", level, "eager", 4, outcome, message)
+
+
+@pytest.mark.parametrize(("result", "matches"), [
+    (an_error(), True),
+    (an_error(level="while", model="deepseek_v5"), True),  # the cache's fault, whichever model has the layer
+    (an_error(DSV4_ERROR.replace(":2156", ":2301")), True),  # the line moves between releases
+    (an_error(DSV4_ERROR.replace("heavily_compressed_attention", "sliding_attention")), False),
+    (an_error(DSV4_ERROR.replace("transformers/cache_utils.py", "transformers/models/x/modeling_x.py")), False),
+    (an_error(DSV4_ERROR.replace("KeyError: 'heavily", "IndexError: 'heavily", 1)), False),  # another type
+    (an_error("eager generation failed: KeyError 'heavily_compressed_attention'"), False),  # no place named
+    (an_error(outcome="pass"), False),
+    (an_error(outcome="skip"), False),
+])
+def test_the_deepseek_v4_signature_and_its_near_misses(result: CheckResult, matches: bool) -> None:
+    assert bool(known(result)) is matches
+
+
+def a_break(line: int, gb_id: str = "GB0170", cause: BreakRecord | None = None) -> BreakRecord:
+    return BreakRecord("torch._dynamo.exc.Unsupported", "Data-dependent branching", gb_id, "Data-dependent branching",
+                       "transformers/generation/utils.py", line, "_prepare_special_tokens", "", "eos", cause=cause)
+
+
+BRANCHING = KnownIssue(url="https://github.com/example/x/issues/1", title="branching", status="open",
+                       site="transformers/generation/utils.py:24*", gb_id="GB0170", error="Unsupported",
+                       level="generate")
+
+
+@pytest.mark.parametrize(("record", "level", "matches"), [
+    (a_break(2413), "generate", True),
+    (a_break(2899), "generate", False),  # another site
+    (a_break(2413, gb_id="GB0124"), "generate", False),  # another break there
+    (a_break(2413), "decode", False),  # another level
+    (BreakRecord("torch._dynamo.exc.UncapturedHigherOrderOpError", "while_loop", None, "m", "pytest_fullgraph/x.py",
+                 3, "f", "", "loop", cause=a_break(2413)), "generate", True),  # the break inside a while_loop
+])
+def test_a_break_signature_matches_its_site_id_type_and_level(record: BreakRecord, level: str, matches: bool) -> None:
+    result = CheckResult("llama", "eos", level, "eager", 4, "break", record.summary(), breaks=[record])
+    assert (known(result, table=[BRANCHING]) == [BRANCHING]) is matches
+    assert (known(result, record, table=[BRANCHING]) == [BRANCHING]) is matches
+
+
+def test_only_the_given_break_of_a_check_is_matched() -> None:
+    hit, miss = a_break(2413), a_break(2899)
+    result = CheckResult("llama", "eos", "generate", "eager", 4, "break", "", breaks=[miss, hit])
+    assert known(result, table=[BRANCHING]) == [BRANCHING]
+    assert known(result, hit, table=[BRANCHING]) == [BRANCHING] and known(result, miss, table=[BRANCHING]) == []
+
+
+@pytest.fixture(scope="module")
+def run() -> report.Report:
+    """deepseek_v4's and cpmant's checks of the recorded 196-model run: one known cause and one new one."""
+    path = REPOSITORY / "bench" / "reports" / "matrix-a-f.json.gz"
+    if not path.is_file():
+        pytest.skip(f"{path.name} is not in this checkout")
+    recorded = report.load(path)
+    return report.Report(recorded.environment, [result for result in recorded.checks
+                                                if result.model in ("deepseek_v4", "cpmant")])
+
+
+def test_the_json_lists_the_known_issues_with_their_checks_and_reads_back(run: report.Report) -> None:
+    data = run.to_dict()
+    [entry] = data["known_issues"]
+    assert entry["url"] == DSV4 and entry["status"] == "open" and entry["signature"]["error"] == "KeyError"
+    assert len(entry["checks"]) == 12 and all(check.startswith("deepseek_v4-") for check in entry["checks"])
+    assert report.Report.from_dict(data, "round trip").to_dict() == data  # derived: recomputed, never read back
+    assert report.Report({}, [an_error(outcome="pass")]).to_dict()["known_issues"] == []
+
+
+def test_the_markdown_marks_the_known_cause_and_counts_the_new_ones(run: report.Report) -> None:
+    page = report.markdown(run)
+    errors = page[page.index("## Errors by cause"):]
+    errors = errors[:errors.index("\n## ")]
+    [row] = [line for line in errors.splitlines() if "heavily_compressed_attention" in line and "decode" in line]
+    assert row.count(f"(known: {DSV4} (open))") == 1
+    assert not [line for line in errors.splitlines() if "cpmant" in line and "known:" in line]
+    section = page[page.index("## Known upstream issues"):]
+    assert f"| {DSV4} | open | deepseek_v4's static cache" in section
+    assert " failing checks match an issue or pull request already reported upstream" in section
+
+
+def test_the_html_page_and_the_findings_page_link_it(run: report.Report) -> None:
+    page = html(run)
+    assert "<h2>Known upstream issues</h2>" in page and f'<a href="{DSV4}">{DSV4}</a>' in page
+    lines = outcome_lines(run.checks, "error")
+    at = next(index for index, line in enumerate(lines) if line.startswith("  - deepseek_v4 "))
+    assert lines[at + 1].startswith(f"    - known: {DSV4} (open): ")
+    assert not any("known:" in line for line in lines if "cpmant" in line)
+
+
+def test_the_terminal_summary_says_known_for_a_failure_and_a_break_site(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(known_issues, "KNOWN_ISSUES", (*KNOWN_ISSUES, BRANCHING))
+    checks = [an_error(), CheckResult("llama", "eos", "generate", "eager", 4, "break", "b", breaks=[a_break(2413)])]
+    lines = report.terminal_lines(report.Report({}, checks))
+    assert f"known: {DSV4} (open): deepseek_v4's static cache has no `heavily_compressed_attention` layer (DSv4 " \
+           "static cache), in 1 failing check(s): deepseek_v4" in lines
+    site = next(index for index, line in enumerate(lines) if line.startswith("  transformers/generation/utils.py:2413"))
+    assert lines[site + 1] == f"    known: {BRANCHING.url} (open)"
+
+
+def test_a_known_failure_says_so_under_its_message_in_pytest(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(textwrap.dedent(f"""
+        from pytest_fullgraph.plugin import apply_verdict
+        from pytest_fullgraph.results import CheckResult
+
+        def test_known():
+            apply_verdict(CheckResult("deepseek_v4", "greedy", "decode", "eager", 4, "error", {DSV4_ERROR!r}),
+                          strict=False)
+
+        def test_new():
+            apply_verdict(CheckResult("cpmant", "greedy", "decode", "eager", 4, "error", "IndexError"), strict=False)
+    """))
+    result = pytester.runpytest("-p", "no:cacheprovider", "--fullgraph-suite=off")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines([f"known: {DSV4} (open): deepseek_v4's static cache has no *"])
+    assert result.stdout.str().count("known: ") == 1
+
+
+def test_report_upstream_links_the_known_cause_instead_of_presenting_it_as_new(run: report.Report,
+                                                                                tmp_path: Path) -> None:
+    write_drafts(run, "r.json", tmp_path)
+    draft = (tmp_path / "transformers-models.md").read_text()
+    section = draft[draft.index("KeyError at transformers/cache_utils.py:2156 (known upstream)\n"):]
+    section = section[:section.index("\n## ")] if "\n## " in section else section
+    assert "**Known upstream** (open, 12 of 12 checks): [deepseek_v4's static cache" in section
+    assert f"]({DSV4}). Already reported" in section
+    new = draft[draft.index("IndexError at transformers/cache_utils.py:487"):]
+    assert "**Known upstream**" not in new[:new.index("**Expected:**")]
+    assert "(1 known upstream)" in (tmp_path / "README.md").read_text()
