@@ -21,7 +21,7 @@ from pytest_fullgraph.results import BreakRecord, Frame, first_line
 ORIGIN_RULES: tuple[tuple[str, str, str, str], ...] = (
     # (origin, path regex, function regex, source regex)
     # Our own generation loop first: a break there is the loop's fault, whatever the statement does.
-    ("loop", r"^pytest_fullgraph/decode\.py$", r"", r""),
+    ("loop", r"^pytest_fullgraph/(decode|beam|beam_search|loop_steps|loop_processors|loop_state)\.py$", r"", r""),
     ("sampling", r"", r"", r"multinomial|\bsample\b|softmax\(.*probs|torch\.(rand|bernoulli)"),
     ("sampling", r"^transformers/generation/logits_process\.py$", r"", r""),
     ("eos", r"^transformers/generation/stopping_criteria\.py$", r"", r""),
@@ -99,7 +99,8 @@ def _is_torch_internal(path: str) -> bool:
 HARNESS_PREFIXES = ("_pytest/", "pluggy/", "xdist/", "execnet/", "pytest/", "pytest_fullgraph/", "<")
 #: Modules of this package that are code under test, not harness: the generation loop. Their frames stay in
 #: a break's stack, so a break in the loop is located there (origin ``loop``).
-UNDER_TEST_PREFIXES = ("pytest_fullgraph/decode.py",)
+UNDER_TEST_PREFIXES = tuple(f"pytest_fullgraph/{name}.py" for name in (
+    "decode", "beam", "beam_search", "loop_steps", "loop_processors", "loop_state"))
 
 
 def is_harness(frame: Frame) -> bool:

@@ -17,22 +17,24 @@ import copy
 import functools
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 
-# module-level, not in new_static_cache: strict export traces the cache's construction, and torch 2.11's dynamo
-# refuses an import inside traced code (GB0022)
-from transformers.cache_utils import StaticCache
-
-from pytest_fullgraph import loop_processors, loop_state, loop_tracing
+from pytest_fullgraph import beam, beam_search, loop_processors, loop_state, loop_tracing
 from pytest_fullgraph.generation import UnsupportedGeneration
+from pytest_fullgraph.loop_steps import (
+    DecodePlan,
+    cache_length,
+    forward_kwargs,
+    generate_mask,
+    last_scores,
+    new_cache,
+)
 from pytest_fullgraph.modeling import forward_parameters, initial_positions, missing_cache_message
 
 if TYPE_CHECKING:
     from transformers import GenerationConfig, PreTrainedModel
-    from transformers.generation.logits_process import LogitsProcessorList
 
 #: generation_config values this loop cannot honour, with the value meaning "off".
 UNSUPPORTED_SETTINGS: dict[str, Any] = {
@@ -42,6 +44,10 @@ UNSUPPORTED_SETTINGS: dict[str, Any] = {
     "output_attentions": False, "output_hidden_states": False, "return_dict_in_generate": False,
     "max_time": None,
 }  # fmt: skip
+#: ``UNSUPPORTED_SETTINGS`` that beam search honours: its width, how many beams it returns, and its scores.
+BEAM_SETTINGS = ("num_beams", "num_return_sequences", "output_scores", "return_dict_in_generate")
+#: ``generate``'s modes the loop runs: greedy and sampling, beam search and beam sampling.
+SUPPORTED_MODES = ("greedy_search", "sample", "beam_search", "beam_sample")
 
 
 class DecodeProgram(torch.nn.Module):
@@ -59,34 +65,13 @@ class DecodeProgram(torch.nn.Module):
         self.loop = loop
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                max_new_tokens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                max_new_tokens: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
         cache = new_cache(self.model, self.plan, self.cache_len, self.loop)
+        loop = loop_function(self.plan, self.loop)
         if self.loop == "while":
             with loop_tracing.python_min_max():
-                return decode_while_loop(self.model, self.plan, input_ids, attention_mask, cache, max_new_tokens)
-        return decode_loop(self.model, self.plan, input_ids, attention_mask, cache)
-
-
-@dataclass
-class DecodePlan:
-    """What ``generate`` decides on the host, decided once before the graph."""
-
-    config: GenerationConfig
-    processors: LogitsProcessorList
-    max_new_tokens: int
-    do_sample: bool
-    eos: torch.Tensor | None
-    pad: torch.Tensor | None
-    accepts_position_ids: bool
-    logits_to_keep: bool
-    #: whether decode steps get the attention mask; some models (mamba) take it at prefill only
-    mask_when_decoding: bool = True
-    #: whether the model builds its own masks for ``generate`` (``create_masks_for_generate``), which the loop
-    #: then calls as ``generate`` does
-    own_generate_masks: bool = False
-    #: transformers' ``StopStringCriteria`` for ``stop_strings`` (built with the tokenizer before the graph; its
-    #: call is tensor work on the sequence's last tokens), or None
-    stop_strings: Any = None
+                return tuple(loop(self.model, self.plan, input_ids, attention_mask, cache, max_new_tokens))
+        return tuple(loop(self.model, self.plan, input_ids, attention_mask, cache))
 
 
 #: Why a setting cannot be in one graph, and what to do instead: the refusal's message says it.
@@ -105,16 +90,21 @@ TAKEN_GENERATE_ARGUMENTS = ("tokenizer",)
 
 
 def check_supported(config: GenerationConfig) -> None:
+    mode = str(config.get_generation_mode().value)
+    beams = mode in ("beam_search", "beam_sample")
     for name, off in UNSUPPORTED_SETTINGS.items():
         value = getattr(config, name, off)
-        if value is not None and value != off:
+        if value is not None and value != off and not (beams and name in BEAM_SETTINGS):
             why = f": {WHY_UNSUPPORTED[name]}" if name in WHY_UNSUPPORTED else ""
+            supported = "greedy and sampling" if name not in BEAM_SETTINGS else "beam search and beam sampling"
             raise UnsupportedGeneration(f"fullgraph_generate does not support {name}={value!r} "
-                                        f"(supported: greedy and sampling, {name}={off!r}){why}")
-    mode = str(config.get_generation_mode().value)
-    if mode not in ("greedy_search", "sample"):
+                                        f"(supported: {supported}, else {name}={off!r}){why}")
+    if mode not in SUPPORTED_MODES:
         raise UnsupportedGeneration(f"fullgraph_generate does not support generation mode {mode!r}; "
-                                    "supported: 'greedy_search', 'sample'")
+                                    f"supported: {', '.join(repr(name) for name in SUPPORTED_MODES)}")
+    if beams and config.stop_strings is not None:
+        raise UnsupportedGeneration("fullgraph_generate does not support stop_strings with beam search "
+                                    "(supported: EOS ids and max_new_tokens end beams)")
 
 
 def check_generate_arguments(arguments: dict[str, Any]) -> None:
@@ -164,11 +154,16 @@ def prepare(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: tor
         stop_strings = StopStringCriteria(tokenizer=tokenizer, stop_strings=config.stop_strings)
     # the loops give processors and criteria stand-ins whose writes stay in the graph: made here, on the host
     loop_tracing.prepare_views(*processors, *([stop_strings] if stop_strings is not None else []))
-    return attention_mask, DecodePlan(config, processors, max_new_tokens, bool(config.do_sample),
-                                      eos if eos is not None and eos.numel() > 0 else None, config._pad_token_tensor,
-                                      "position_ids" in parameters, "logits_to_keep" in parameters,
+    eos = eos if eos is not None and eos.numel() > 0 else None
+    beams = None
+    if int(config.num_beams) > 1:
+        beams = beam_search.beam_settings(config, eos, config._pad_token_tensor)
+    return attention_mask, DecodePlan(config, processors, max_new_tokens, bool(config.do_sample), eos,
+                                      config._pad_token_tensor, "position_ids" in parameters,
+                                      "logits_to_keep" in parameters,
                                       _mask_when_decoding(model, input_ids, attention_mask),
-                                      callable(getattr(model, "create_masks_for_generate", None)), stop_strings)
+                                      callable(getattr(model, "create_masks_for_generate", None)), stop_strings,
+                                      beams)
 
 
 def _mask_when_decoding(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> bool:
@@ -182,66 +177,10 @@ def _mask_when_decoding(model: PreTrainedModel, input_ids: torch.Tensor, attenti
     return step_inputs.get("attention_mask") is not None
 
 
-def cache_length(input_ids: torch.Tensor, plan: DecodePlan) -> int:
-    """Positions the cache needs, sized as ``generate`` sizes its static cache: the last new token is never fed
-    back, so prompt + max_new_tokens - 1. The size matters for models whose masks depend on it (gpt_neo)."""
-    return int(input_ids.shape[1]) + plan.max_new_tokens - 1
-
-
-def new_static_cache(model: PreTrainedModel, max_cache_len: int) -> Any:
-    """A static cache of ``max_cache_len`` positions (see ``cache_length``; its tensors are allocated by the
-    first update); recurrent layers (mamba's conv and SSM states) are fixed-size already."""
-    return StaticCache(config=model.config, max_cache_len=max_cache_len)
-
-
 def check_loop(loop: str) -> None:
     """A loop form of ``LOOPS``, or ``UnsupportedGeneration`` naming the ones there are."""
     if loop not in LOOPS:
         raise UnsupportedGeneration(f"loop={loop!r} is not a loop form; use one of {', '.join(LOOPS)}")
-
-
-def new_cache(model: PreTrainedModel, plan: DecodePlan, max_cache_len: int, loop: str) -> Any:
-    """The cache a loop form runs on: ``generate``'s static cache unrolled; for the ``while_loop`` form, one whose
-    state is all in tensors (after checking its processors can be traced once for every step)."""
-    if loop == "while":
-        loop_processors.check_processors(plan.processors)
-        return loop_state.loop_cache(model, max_cache_len)
-    return new_static_cache(model, max_cache_len)
-
-
-def generate_mask(model: PreTrainedModel, plan: DecodePlan, attention_mask: torch.Tensor | None, cache: Any,
-              step_input: torch.Tensor, positions: torch.Tensor) -> Any:
-    """The attention mask a forward gets, as ``generate`` hands it over with a static cache.
-
-    A model that defines ``create_masks_for_generate`` gets its 2D mask through it, as ``generate`` does: bloom
-    pads the mask to the cache length and builds its alibi bias from it, so a raw mask shorter than the cache
-    fails in its attention. Other models build the same 4D mask inside their forward from the 2D one.
-    """
-    if attention_mask is None or not plan.own_generate_masks:
-        return attention_mask
-    if not getattr(cache, "is_compileable", False) or all(getattr(cache, "is_linear", [False])):
-        return attention_mask  # generate builds the masks only for a compileable cache with attention layers
-    batch, length = step_input.shape[0], step_input.shape[1]
-    return cast(Any, model).create_masks_for_generate(
-        config=model.config,
-        # only batch, length, dtype and device are read, as in generate
-        inputs_embeds=torch.empty((batch, length, 0), dtype=model.dtype, device=step_input.device),
-        attention_mask=attention_mask, cache=cache,
-        position_ids=positions if plan.accepts_position_ids else None)
-
-
-def _forward_kwargs(plan: DecodePlan, positions: torch.Tensor) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {"use_cache": True}
-    if plan.accepts_position_ids:
-        kwargs["position_ids"] = positions
-    if plan.logits_to_keep:
-        kwargs["logits_to_keep"] = 1
-    return kwargs
-
-
-def _last_scores(logits: torch.Tensor) -> torch.Tensor:
-    """The next-token scores as ``generate`` hands them to the processors: the last position, in float32."""
-    return logits[:, -1].to(dtype=torch.float32, copy=True)
 
 
 def _next_tokens(plan: DecodePlan, scores: torch.Tensor, unfinished: torch.Tensor) -> torch.Tensor:
@@ -292,9 +231,9 @@ def decode_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tenso
     step_input, step_positions = input_ids, initial_positions(attention_mask)
     step_mask: torch.Tensor | None = attention_mask
     for _ in range(plan.max_new_tokens):
-        logits = model(input_ids=step_input, cache=cache, **_forward_kwargs(plan, step_positions),
+        logits = model(input_ids=step_input, cache=cache, **forward_kwargs(plan, step_positions),
                        attention_mask=generate_mask(model, plan, step_mask, cache, step_input, step_positions)).logits
-        scores = loop_processors.process_unrolled(plan.processors, sequences, _last_scores(logits))
+        scores = loop_processors.process_unrolled(plan.processors, sequences, last_scores(logits))
         next_tokens = _next_tokens(plan, scores, unfinished)
         steps = steps + (unfinished.max() > 0).long()  # generate runs a step while any row is unfinished
         sequences = torch.cat([sequences, next_tokens[:, None]], dim=-1)
@@ -324,10 +263,10 @@ def decode_while_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch
     full_mask = torch.cat([attention_mask, attention_mask.new_ones((batch, plan.max_new_tokens - 1))], dim=-1)
     sequences = torch.cat([input_ids, input_ids.new_full((batch, plan.max_new_tokens), 0)], dim=-1)
     # prefill, outside the loop: the processors see the prompt as generate shows it to them
-    logits = model(input_ids=input_ids, cache=cache, **_forward_kwargs(plan, position_ids),
+    logits = model(input_ids=input_ids, cache=cache, **forward_kwargs(plan, position_ids),
                    attention_mask=generate_mask(model, plan, attention_mask, cache, input_ids, position_ids)).logits
     unfinished = torch.ones(batch, dtype=torch.long, device=input_ids.device)
-    prefill_scores = loop_processors.process_unrolled(plan.processors, input_ids, _last_scores(logits), isolated=True)
+    prefill_scores = loop_processors.process_unrolled(plan.processors, input_ids, last_scores(logits), isolated=True)
     tokens = _next_tokens(plan, prefill_scores, unfinished)
     sequences = sequences.index_copy(1, torch.full((1,), prompt_length, device=input_ids.device), tokens[:, None])
     first_length = torch.full((), prompt_length + 1, dtype=torch.long, device=input_ids.device)
@@ -351,8 +290,8 @@ def decode_while_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch
         mask = generate_mask(model, plan, full_mask if plan.mask_when_decoding else None, step_cache, step_input,
                              positions)
         logits = model(input_ids=step_input, attention_mask=mask, cache=step_cache,
-                       **_forward_kwargs(plan, positions)).logits
-        scores = loop_processors.process(plan.processors, sequences, length, _last_scores(logits))
+                       **forward_kwargs(plan, positions)).logits
+        scores = loop_processors.process(plan.processors, sequences, length, last_scores(logits))
         next_tokens = _next_tokens(plan, scores, unfinished)
         sequences = sequences.index_copy(1, length.reshape(1), next_tokens[:, None])
         running = _still_running(plan, next_tokens, unfinished,
@@ -388,13 +327,16 @@ def fullgraph_generate(
     compiler: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None,
     loop: str = "unrolled",
     **generate_arguments: Any,
-) -> torch.Tensor:
-    """Generate like ``model.generate(input_ids, attention_mask=..., generation_config=...)``.
+) -> Any:
+    """Generate like ``model.generate(input_ids, attention_mask=..., generation_config=...)``, returning what it
+    returns: the sequences, or for beams with ``return_dict_in_generate`` a ``GenerateBeamDecoderOnlyOutput``
+    (sequences, beam indices, and with ``output_scores`` the scores).
 
     ``compiler`` wraps the loop, e.g. ``lambda f: torch.compile(f, fullgraph=True, backend="inductor")``;
     without it the loop runs eagerly. ``loop`` picks the form: "unrolled" or "while" (see ``LOOPS``).
-    Greedy and sampling with every warper, the logits processors of decoder-only generation (the n-gram ban in
-    its device form), one or several EOS ids, and left-padded batches are supported; anything else raises
+    Greedy and sampling with every warper, beam search and beam sampling (``num_beams``, ``length_penalty``,
+    every ``early_stopping``, ``num_return_sequences``), the logits processors of decoder-only generation (the
+    n-gram ban in its device form), one or several EOS ids, and left-padded batches are supported; anything else raises
     ``UnsupportedGeneration`` naming the setting and saying why. ``generate_arguments`` are ``generate``'s
     further arguments (``prefix_allowed_tokens_fn``, ``tokenizer``): refused, naming them, unless harmless to
     ignore.
@@ -402,10 +344,21 @@ def fullgraph_generate(
     attention_mask, plan = checked_plan(model, input_ids, attention_mask, generation_config, loop,
                                         generate_arguments)
     cache = new_cache(model, plan, cache_length(input_ids, plan), loop)
-    run = compiler(LOOPS[loop]) if compiler is not None else LOOPS[loop]
+    if plan.beams is not None:
+        beam.check_reorderable(model, cache)
+    function = loop_function(plan, loop)
+    run = compiler(function) if compiler is not None else function
     with torch.no_grad(), loop_tracing.traceable_loop(model, loop):
-        sequences, steps = run(model, plan, input_ids, attention_mask, cache)
+        outputs = run(model, plan, input_ids, attention_mask, cache)
+    if plan.beams is not None:
+        return beam.beam_result(beam.BeamOutput(*outputs), plan, int(input_ids.shape[1]))
+    sequences, steps = outputs
     return trimmed(sequences, input_ids, steps)
+
+
+def loop_function(plan: DecodePlan, loop: str) -> Callable[..., Any]:
+    """The loop that runs a plan in a loop form: beam search's for a plan with beams, else greedy/sampling's."""
+    return beam.BEAM_LOOPS[loop] if plan.beams is not None else LOOPS[loop]
 
 
 def _json_settings(config: GenerationConfig) -> dict[str, Any]:
@@ -524,13 +477,16 @@ def _export_example(plan: DecodePlan, input_ids: torch.Tensor, attention_mask: t
     return example, (*dynamic_shapes, None) if dynamic_shapes is not None else None
 
 
-def run_program(program: Callable[..., tuple[torch.Tensor, torch.Tensor]], loop: str, bound: int,
+def run_program(program: Callable[..., tuple[torch.Tensor, ...]], loop: str, bound: int,
                 input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int | None) -> torch.Tensor:
     """Call an exported generation program (in memory, or loaded from an artifact) as ``generate`` is called: a
     ``while`` program gets its length input, checked against its ``bound``; the output is trimmed like
-    ``generate``'s."""
+    ``generate``'s (a beam program's outputs are ``beam.BeamOutput``'s, which tells it from a greedy one)."""
     limit = _generation_limit(loop, bound, max_new_tokens, input_ids.device)
-    sequences, steps = program(input_ids, attention_mask, *((limit,) if loop == "while" else ()))
+    outputs = program(input_ids, attention_mask, *((limit,) if loop == "while" else ()))
+    if len(outputs) == len(beam.BeamOutput._fields):
+        return beam_search.trimmed_beams(outputs[0], outputs[1], outputs[2], int(input_ids.shape[1]))[0]
+    sequences, steps = outputs
     return trimmed(sequences, input_ids, steps)
 
 

@@ -15,7 +15,7 @@ from tests.conftest import PLANTED_BREAK_LINE, checks_by_id, read_report
 
 
 @pytest.mark.parametrize(("settings", "named"), [
-    ({"num_beams": 2}, "num_beams=2"),
+    ({"num_beams": 2, "output_logits": True, "return_dict_in_generate": True}, "output_logits=True"),
     ({"num_return_sequences": 2, "do_sample": True}, "num_return_sequences=2"),
     ({"penalty_alpha": 0.6, "top_k": 4}, "penalty_alpha=0.6"),
     ({"output_scores": True, "return_dict_in_generate": True}, "output_scores=True"),
