@@ -48,7 +48,8 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.command == "repro":
             from pytest_fullgraph.repro.command import run as repro
 
-            return repro(args.inputs, Path(args.output), reduce_s=args.reduce_budget, timeout_s=args.timeout)
+            return repro(args.inputs, Path(args.output), reduce_s=args.reduce_budget, timeout_s=args.timeout,
+                         python=args.python)
         if args.command == "scenarios":
             return _scenarios(args.selection, as_json=args.json)
         if args.command == "models":

@@ -41,7 +41,8 @@ _EXAMPLES = {
     "repro": """exit 0: every selected check has its line (written, or not and why); 2: a report cannot be read or a
 check id or model is not in it. examples:
   python -m pytest_fullgraph repro merged/fullgraph-report.json -o repros
-  python -m pytest_fullgraph repro bench/reports/matrix-*.json.gz cpmant mpt-greedy-decode-float32 -o repros""",
+  python -m pytest_fullgraph repro bench/reports/matrix-*.json.gz cpmant mpt-greedy-decode-float32 -o repros
+  python -m pytest_fullgraph repro bench/reports/matrix-*.json.gz llama4 -o repros --python /tmp/venv/bin/python""",
     "scenarios": """examples:
   python -m pytest_fullgraph scenarios
   python -m pytest_fullgraph scenarios 'sample*' --json""",
@@ -167,6 +168,9 @@ def _repro_parser(commands: Any) -> None:
                        help="Seconds spent shrinking each script's config and prompts (default 120; 0: none)")
     repro.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
                        help="Longest one run of a script may take (default 600)")
+    repro.add_argument("--python", default=None, metavar="PATH",
+                       help="Interpreter that verifies each script, e.g. a virtual environment's with only torch and "
+                            "transformers (default: this one)")
 
 
 def _findings_parser(report_commands: Any) -> None:

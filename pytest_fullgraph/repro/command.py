@@ -2,14 +2,17 @@
 
 Checks of one model that fail the same way share one script (``plan.grouped``). For each group: rebuild its
 representative check (``case``), find the script that meets the recorded failure, shrink it (``reduce``), run it in
-a fresh isolated process (``verify``) and write it as ``DIR/<check id>.py`` only if it exits 1 with the recorded
-failure. ``DIR/repro-index.json`` lists every check: written (by which script, reduced how, verified in how long)
-or not, and why.
+a fresh isolated process (``verify``; ``--python`` names its interpreter) and write it as ``DIR/<check id>.py`` only
+if it exits 1 with the recorded failure. ``DIR/repro-index.json`` lists every check: written (by which script,
+reduced how, verified in how long, by which interpreter) or not, and why.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -82,9 +85,9 @@ def select(checks: Sequence[CheckResult], selectors: Sequence[str]) -> list[Chec
 
 def reproduce(checks: Sequence[CheckResult], environment: dict[str, Any], output: Path, *, reduce_s: float = 120.0,
               timeout_s: float = 600.0, say: Callable[[str], None] = print,
-              registry: Registry | None = None) -> list[Entry]:
+              registry: Registry | None = None, python: str | None = None) -> list[Entry]:
     """Write the reproducers of ``checks`` into ``output`` with its index; ``say`` gets one line per script or
-    per reason no script is written."""
+    per reason no script is written. ``python`` verifies the scripts (default: this interpreter)."""
     output.mkdir(parents=True, exist_ok=True)
     registry = registry or session_registry()
     groups, skipped = grouped(checks)
@@ -92,11 +95,11 @@ def reproduce(checks: Sequence[CheckResult], environment: dict[str, Any], output
     for entry in entries:
         say(entry.line())
     for group in groups:
-        entry = _reproduce_group(group, environment, output, registry, reduce_s, timeout_s)
+        entry = _reproduce_group(group, environment, output, registry, reduce_s, timeout_s, python)
         say(entry.line())
         entries.append(entry)
     index = {"environment": {key: environment.get(key) for key in ("torch", "transformers", "python")},
-             "reproducers": [asdict(entry) for entry in entries]}
+             "verified_with": python or sys.executable, "reproducers": [asdict(entry) for entry in entries]}
     (output / INDEX_NAME).write_text(json.dumps(index, indent=1) + "\n")
     return entries
 
@@ -111,7 +114,7 @@ def _skipped(skipped: dict[str, str], checks: Iterable[CheckResult]) -> list[Ent
 
 
 def _reproduce_group(group: Group, environment: dict[str, Any], output: Path, registry: Registry,
-                     reduce_s: float, timeout_s: float) -> Entry:
+                     reduce_s: float, timeout_s: float, python: str | None) -> Entry:
     started = time.monotonic()
     result, plan = group.representative, group.plan
     entry = Entry(group.check_ids, expected=plan.expected.describe())
@@ -123,7 +126,7 @@ def _reproduce_group(group: Group, environment: dict[str, Any], output: Path, re
         elif plan.expected.kind == "mismatch" and not same_weights(case, result, registry):
             entry.reason = "the seeded class does not rebuild the suite's weights, which a token mismatch depends on"
         else:
-            _write_group(group, case, environment, output, reduce_s, timeout_s, entry)
+            _write_group(group, case, environment, output, reduce_s, timeout_s, python, entry)
     except Exception as error:  # one model's trouble is its own line; the other scripts are still written
         entry.reason = f"the check could not be rebuilt here ({type(error).__name__}: {first_line(error)})"
     entry.total_s = time.monotonic() - started
@@ -131,7 +134,7 @@ def _reproduce_group(group: Group, environment: dict[str, Any], output: Path, re
 
 
 def _write_group(group: Group, case: Case, environment: dict[str, Any], output: Path, reduce_s: float,
-                 timeout_s: float, entry: Entry) -> None:
+                 timeout_s: float, python: str | None, entry: Entry) -> None:
     """Find the template whose script meets the failure, shrink it, verify it in a fresh process, write it."""
     result, plan = group.representative, group.plan
     name = f"{result.check_id}.py"
@@ -158,7 +161,7 @@ def _write_group(group: Group, case: Case, environment: dict[str, Any], output: 
     if imports_package(source):  # the templates never do; a guard, since the promise is the script's whole point
         entry.reason = "the script imports pytest_fullgraph"
         return
-    _verify_and_write(source, output / name, plan.expected.differs, timeout_s, entry)
+    _verify_and_write(source, output / name, plan.expected.differs, timeout_s, python, entry)
     entry.reduced = list(smaller.reduced)
 
 
@@ -172,11 +175,11 @@ def _unusable(template: str, case: Case) -> str:
 
 
 def _verify_and_write(source: str, path: Path, differs: Callable[[dict[str, Any] | None], str], timeout_s: float,
-                      entry: Entry) -> None:
+                      python: str | None, entry: Entry) -> None:
     """Run the script in a fresh process; keep it at ``path`` only if it exits 1 with the recorded failure."""
     trial = path.with_suffix(".trying.py")
     trial.write_text(source)
-    run = run_isolated(trial, timeout_s)
+    run = run_isolated(trial, timeout_s, python)
     entry.exit_status, entry.verify_s, entry.lines = run.status, run.seconds, len(source.splitlines())
     entry.printed = next((line for line in run.output.splitlines() if line.startswith(("BUG:", "FIXED:", "OTHER:"))),
                          "")
@@ -194,12 +197,19 @@ def is_report(argument: str) -> bool:
     return argument.endswith((".json", ".json.gz")) or Path(argument).is_file()
 
 
-def run(arguments: Sequence[str], output: Path, *, reduce_s: float, timeout_s: float) -> int:
+def run(arguments: Sequence[str], output: Path, *, reduce_s: float, timeout_s: float,
+        python: str | None = None) -> int:
     """The command: 0 once every selected check has its line (written or not, with why), 2 on bad input. A report
     that cannot be read raises ``ReportError`` (the command line's one-line error, exit 2)."""
-    import sys
-
     from pytest_fullgraph import report
+
+    # absolute, as the script runs from an empty directory; not resolved, as a venv's python is a link to the base one
+    interpreter = shutil.which(python) if python else None
+    interpreter = os.path.abspath(interpreter) if interpreter else None
+    if python and not interpreter:
+        print(f"pytest_fullgraph: error: repro: --python {python!r} is not an executable file (give the path of a "
+              "Python interpreter, e.g. VENV/bin/python)", file=sys.stderr)
+        return 2
 
     paths, selectors = [a for a in arguments if is_report(a)], [a for a in arguments if not is_report(a)]
     if not paths:
@@ -220,7 +230,7 @@ def run(arguments: Sequence[str], output: Path, *, reduce_s: float, timeout_s: f
     if not chosen:
         print("no failing check in the reports: nothing to reproduce")
     entries = reproduce(chosen, environment, output, reduce_s=reduce_s, timeout_s=timeout_s,
-                        say=lambda line: print(line, flush=True))
+                        say=lambda line: print(line, flush=True), python=interpreter)
     written = sum(1 for entry in entries if entry.written)
     print(f"{written} reproducer(s) written to {output}, {len(entries) - written} cause(s) without one; "
           f"{output / INDEX_NAME} lists every check")

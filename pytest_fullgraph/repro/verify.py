@@ -1,6 +1,8 @@
 """Running a written script as a maintainer would: a fresh interpreter in an empty directory, isolated (``-I``: no
 environment variables, no user site, not the script's directory on ``sys.path``), with ``pytest_fullgraph`` made
-unimportable, so a script that leaned on this package fails instead of passing for a standalone one."""
+unimportable, so a script that leaned on this package fails instead of passing for a standalone one. The interpreter
+is this one unless another is named: a virtual environment with only torch and transformers installed is the
+maintainer's setup exactly."""
 
 from __future__ import annotations
 
@@ -52,13 +54,14 @@ def imports_package(source: str) -> bool:
     return False
 
 
-def run_isolated(path: Path, timeout_s: float) -> Run:
-    """Run the script at ``path`` in a fresh, isolated interpreter from an empty temporary directory."""
+def run_isolated(path: Path, timeout_s: float, python: str | None = None) -> Run:
+    """Run the script at ``path`` in a fresh, isolated interpreter (``python``, else this one) from an empty
+    temporary directory."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="repro-") as directory:
         try:
-            completed = subprocess.run([sys.executable, "-I", "-c", RUNNER, str(Path(path).resolve())], cwd=directory,
-                                       capture_output=True, text=True, timeout=timeout_s, check=False)
+            completed = subprocess.run([python or sys.executable, "-I", "-c", RUNNER, str(Path(path).resolve())],
+                                       cwd=directory, capture_output=True, text=True, timeout=timeout_s, check=False)
         except subprocess.TimeoutExpired as expired:
             output = expired.stdout if isinstance(expired.stdout, str) else ""
             return Run(None, None, f"{output}\ntimed out after {timeout_s:g} s", time.monotonic() - started)
