@@ -31,6 +31,10 @@ class RuleViolation:
     message: str
 
 
+#: Generation modes whose loop in transformers (5.24: ``_beam_search``) never calls ``get_compiled_call``.
+UNCOMPILED_MODES = ("beam_search", "beam_sample")
+
+
 class GraphRule:
     """What the graphs of a level's compiled run must look like; ``judge`` says how a run broke the rule."""
 
@@ -38,11 +42,15 @@ class GraphRule:
     #: False: the run makes no dynamo graphs to count (torch.export), so the report records none
     counts_graphs = True
 
-    def judge(self, trace: CompileTrace, level: str, model: Any) -> RuleViolation | None:
+    def judge(self, trace: CompileTrace, level: str, model: Any, mode: str = "") -> RuleViolation | None:
+        """``mode``: the generation mode of the run (``GenerationMode``'s value), which can say why nothing was
+        compiled."""
         if trace.graph_count == 0:
-            return RuleViolation(ERROR, f"nothing was compiled: transformers ran level {level!r} eagerly (model "
-                                        f"type {getattr(model.config, 'model_type', '?')!r} or its cache is not "
-                                        "compiled by generate)")
+            why = (f"transformers' {mode} calls the model's forward uncompiled: only greedy search and sampling "
+                   "(_sample) and assisted decoding use the compiled forward" if mode in UNCOMPILED_MODES else
+                   f"model type {getattr(model.config, 'model_type', '?')!r} or its cache is not compiled by "
+                   "generate")
+            return RuleViolation(ERROR, f"nothing was compiled: transformers ran level {level!r} eagerly ({why})")
         return None
 
 
@@ -51,7 +59,7 @@ class OneGraph(GraphRule):
 
     name = "exactly one graph"
 
-    def judge(self, trace: CompileTrace, level: str, model: Any) -> RuleViolation | None:
+    def judge(self, trace: CompileTrace, level: str, model: Any, mode: str = "") -> RuleViolation | None:
         if trace.graph_count != 1:
             return RuleViolation(BREAK, f"expected one graph, got {trace.graph_count} "
                                         f"(recompiles: {'; '.join(trace.recompile_reasons) or 'none'})")
@@ -62,7 +70,7 @@ class GraphsNotCounted(GraphRule):
     name = "graphs not counted"
     counts_graphs = False
 
-    def judge(self, trace: CompileTrace, level: str, model: Any) -> RuleViolation | None:
+    def judge(self, trace: CompileTrace, level: str, model: Any, mode: str = "") -> RuleViolation | None:
         return None
 
 

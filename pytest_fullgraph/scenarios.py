@@ -79,10 +79,12 @@ class Scenario:
 
     @property
     def kind(self) -> str:
-        """"basic" (the default four), else "processor", "sampling" or "stopping": which part of ``generate``
-        the feature lives in."""
+        """"basic" (the default four), else "mode", "processor", "sampling" or "stopping": which part of
+        ``generate`` the feature lives in."""
         if self.basic:
             return "basic"
+        if self.feature in MODE_FEATURES:
+            return "mode"
         if self.feature in STOPPING_FEATURES:
             return "stopping"
         return "sampling" if self.do_sample or self.context.get("do_sample") else "processor"
@@ -103,6 +105,8 @@ def _warper_alone(name: str, setting: str, value: float, warper: str) -> Scenari
 #: ``generate_kwargs`` value: a tokenizer for the model's tiny vocabulary (``tiny_tokenizer``).
 TOKENIZER = "tokenizer"
 STOPPING_FEATURES = ("eos", "eos_list", "max_length", "stop_strings", "max_time")
+#: Features that are a decoding mode of their own (``GenerationConfig.get_generation_mode``), not greedy/sampling.
+MODE_FEATURES = ("beam_search", "beam_sample", "beam_eos")
 _G = GreedyToken
 
 SCENARIOS: dict[str, Scenario] = {
@@ -185,6 +189,16 @@ SCENARIOS: dict[str, Scenario] = {
                  settings={"stop_strings": [_G(0, 1), _G(1, 1)]}, generate_kwargs={"tokenizer": TOKENIZER}),
         Scenario("max_time", "greedy, max_time=600 s (MaxTimeCriteria: a host clock)", feature="max_time",
                  settings={"max_time": 600.0}, inert="a limit no tiny generation reaches"),
+        # decoding modes
+        Scenario("beam", "beam search, num_beams=3, no EOS (GenerationMode.BEAM_SEARCH: the cache reordered to "
+                 "follow the beams each step)", feature="beam_search", settings={"num_beams": 3}),
+        Scenario("beam_sample", "beam sampling, num_beams=3 with neutral sampling (GenerationMode.BEAM_SAMPLE: "
+                 "candidates drawn without replacement)", feature="beam_sample", context=NEUTRAL_SAMPLING,
+                 settings={"num_beams": 3}),
+        Scenario("beam_eos", "beam search, num_beams=3, the eos scenario's EOS ending beams early, "
+                 "num_return_sequences=2, length_penalty=0.5, early_stopping=True", uses_eos=True,
+                 feature="beam_eos", settings={"num_beams": 3, "num_return_sequences": 2, "length_penalty": 0.5,
+                                               "early_stopping": True}),
     )
 }
 #: The selection keyword for today's four scenarios, the default.

@@ -3,6 +3,7 @@ the loop's, eager and compiled, both forms; scores and beam indices bit for bit;
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from pytest_fullgraph.decode import UnsupportedGeneration, fullgraph_generate
 from pytest_fullgraph.generation import generate_fn, static_cache_config
 from pytest_fullgraph.models.oracle import SCORE_TABLE, build_oracle
 from tests.beam_reference import Search, search_row
+from tests.conftest import checks_by_id, read_report
 
 ORACLE = build_oracle()
 VOCAB = ORACLE.config.vocab_size
@@ -153,3 +155,56 @@ def test_a_cache_layer_that_cannot_follow_the_beams_is_refused_by_name(monkeypat
     config = GenerationConfig(num_beams=2, max_new_tokens=3, pad_token_id=0)
     with pytest.raises(UnsupportedGeneration, match="cannot reorder cache layer StaticLayer of OracleForCausalLM"):
         fullgraph_generate(ORACLE, torch.tensor([[3, 1]]), None, config)
+
+
+def test_the_suite_judges_beam_modes_at_every_level_of_the_loop(toy_project: pytest.Pytester, tmp_path: Path) -> None:
+    """llama's beam search passes the loop's levels with ``generate``'s exact tokens; transformers' own forward
+    level is an error that says why: its beam search never calls the compiled forward."""
+    result = toy_project.runpytest("--fullgraph-models=llama", "--fullgraph-suite=on", "-k",
+                                   "test_generation_compiles_exactly and (decode or forward)",
+                                   "--fullgraph-scenarios=beam_eos,beam_sample", f"--fullgraph-report={tmp_path}")
+    result.assert_outcomes(passed=2, failed=2)
+    checks = checks_by_id(read_report(tmp_path))
+    for scenario in ("beam_eos", "beam_sample"):
+        decode = checks[f"llama-{scenario}-decode"]
+        assert (decode["outcome"], decode["graph_count"]) == ("pass", 1), decode["message"]
+        forward = checks[f"llama-{scenario}-forward"]
+        assert forward["outcome"] == "error"
+        assert "transformers' beam_" in forward["message"] and "calls the model's forward uncompiled" in \
+            forward["message"]
+
+
+FRESH_PROCESS = """
+import sys, torch
+from pytest_fullgraph.artifacts import load_generate
+saved = torch.load(sys.argv[2])
+run = load_generate(sys.argv[1])
+for limit, expected in saved["expected"].items():
+    print(torch.equal(run(saved["input_ids"], saved["attention_mask"], max_new_tokens=limit), expected))
+"""
+
+
+def test_a_saved_beam_search_program_gives_generates_sequences_in_a_fresh_process(tmp_path: Path) -> None:
+    """Beam search (4 beams, EOS, two sequences returned) as one ``while`` program, saved as .pt2 and loaded by
+    another interpreter: ``generate``'s sequences for its bound and for a shorter length."""
+    import subprocess
+    import sys
+
+    from pytest_fullgraph.artifacts import save_generate
+    from pytest_fullgraph.decode import export_generate
+
+    model = build_tiny("llama")
+    ids = torch.tensor([[0, 0, 5, 6], [7, 8, 9, 10]])
+    mask = (ids != 0).long()
+    config = GenerationConfig(max_new_tokens=6, pad_token_id=0, eos_token_id=[24], num_beams=4,
+                              num_return_sequences=2, length_penalty=0.5)
+    expected = {}
+    for limit in (6, 3):
+        config.max_new_tokens = limit
+        expected[limit] = generate_fn(model)(input_ids=ids, attention_mask=mask, generation_config=config)
+    config.max_new_tokens = 6
+    artifact = save_generate(export_generate(model, ids, mask, config, loop="while"), tmp_path / "beams.pt2")
+    torch.save({"input_ids": ids, "attention_mask": mask, "expected": expected}, tmp_path / "inputs.pt")
+    completed = subprocess.run([sys.executable, "-c", FRESH_PROCESS, str(artifact), str(tmp_path / "inputs.pt")],
+                               capture_output=True, text=True, timeout=300, check=False)
+    assert completed.stdout.split() == ["True", "True"], completed.stderr[-2000:]
