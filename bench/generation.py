@@ -3,9 +3,11 @@
     python bench/generation.py scaling --model llama --backends eager aot_eager inductor --tokens 4 16 64
     python bench/generation.py table --model llama --backend aot_eager --batch 1 4 --tokens 16 64
     python bench/generation.py cost --models popular --tokens 16 256
+    python bench/generation.py cost --models llama --tokens 16 256 --beams 4
     python bench/generation.py throughput --models popular --tokens 64
     python bench/generation.py throughput --models llama,gemma --batch 1 8 --tokens 64 256 --dtype bfloat16
     python bench/generation.py throughput --models llama --size mid --dtype bfloat16 --batch 1 --tokens 64
+    python bench/generation.py throughput --models llama --beams 4 --tokens 64
 
 ``scaling``: compile time (first call) and peak RSS of ``fullgraph_generate`` compiled with fullgraph=True,
 each measurement in a fresh process so memory and caches do not leak between them.
@@ -86,17 +88,18 @@ def _build(model_name: str, dtype: str = "float32", size: str = "tiny") -> Any:
     return model
 
 
-def _config(tokens: int, **extra: Any) -> Any:
+def _config(tokens: int, beams: int = 1, **extra: Any) -> Any:
     from transformers import GenerationConfig
 
     return GenerationConfig(max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False, pad_token_id=0,
-                            eos_token_id=None, **extra)
+                            eos_token_id=None, num_beams=beams, **extra)
 
 
 def measure_one(variant: str, model_name: str, backend: str, batch: int, tokens: int,
-                repeats: int, dtype: str = "float32", size: str = "tiny") -> dict[str, Any]:
+                repeats: int, dtype: str = "float32", size: str = "tiny", beams: int = 1) -> dict[str, Any]:
     """First call (includes compile) and steady-state seconds per token of one variant, in this process, and a
-    digest of its tokens (every variant is greedy: equal digests mean equal tokens)."""
+    digest of its tokens (every variant is greedy, or beam search with ``beams`` > 1: equal digests mean equal
+    tokens)."""
     import torch
     from transformers import CompileConfig
 
@@ -114,7 +117,7 @@ def measure_one(variant: str, model_name: str, backend: str, batch: int, tokens:
         directory = tempfile.mkdtemp(prefix="fullgraph-bench-")
 
         def build_program() -> Any:
-            program = export_generate(model, input_ids, attention_mask, _config(tokens), loop="while")
+            program = export_generate(model, input_ids, attention_mask, _config(tokens, beams), loop="while")
             return load_generate(save_generate(program, f"{directory}/{model_name}", runtime="aoti"))
 
         packaged: list[Any] = []
@@ -134,7 +137,7 @@ def measure_one(variant: str, model_name: str, backend: str, batch: int, tokens:
             return torch.compile(loop_function, **_compile_kwargs(backend))
 
         def run() -> Any:
-            return fullgraph_generate(model, input_ids, attention_mask, _config(tokens), compiler=compiler,
+            return fullgraph_generate(model, input_ids, attention_mask, _config(tokens, beams), compiler=compiler,
                                       loop=loop)
     else:
         extra: dict[str, Any] = {}
@@ -145,7 +148,7 @@ def measure_one(variant: str, model_name: str, backend: str, batch: int, tokens:
             compile_config = CompileConfig(**_compile_kwargs(backend))
             compile_config._compile_all_devices = True  # type: ignore[assignment]
             extra["compile_config"] = compile_config
-        config = _config(tokens, **extra)
+        config = _config(tokens, beams, **extra)
 
         def run() -> Any:
             return model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
@@ -255,12 +258,15 @@ def main() -> None:
         one.add_argument(name, type=int)
     one.add_argument("--dtype", default="float32")
     one.add_argument("--size", default="tiny")
+    one.add_argument("--beams", type=int, default=1)
+    for command in (cost, throughput):
+        command.add_argument("--beams", type=int, default=1, help="num_beams: beam search above 1 (default: greedy)")
     args = parser.parse_args()
 
     if args.command == "one":
         try:
             row = measure_one(args.variant, args.model, args.backend, args.batch, args.tokens, args.repeats,
-                              args.dtype, args.size)
+                              args.dtype, args.size, args.beams)
         except Exception as error:  # the parent prints this one line in the variant's cell
             print(json.dumps({"error": failure(error)}))
             raise SystemExit(1) from None
@@ -268,12 +274,12 @@ def main() -> None:
         return
     print(f"machine: {_machine()}")
     if args.command == "cost":
-        _cost(_selected(args.models), args.backend, args.tokens)
+        _cost(_selected(args.models), args.backend, args.tokens, args.beams)
     elif args.command == "throughput":
         loops = args.variants or (["ours_aoti", "ours_compiled_while"] if _device() == "cuda" else ["ours_aoti"])
         for batch in args.batch:
             for tokens in args.tokens:
-                _throughput(_selected(args.models), batch, tokens, loops, args.dtype, args.size)
+                _throughput(_selected(args.models), batch, tokens, loops, args.dtype, args.size, args.beams)
     elif args.command == "scaling":
         variant = "ours_compiled_while" if args.loop == "while" else "ours_compiled"
         print("| loop | backend | new tokens | compile + first call (s) | steady ms/token | peak RSS (MiB) |")
@@ -301,14 +307,15 @@ def _selected(selection: str) -> tuple[str, ...]:
     return session_registry().select(selection)
 
 
-def _cost(models: tuple[str, ...], backend: str, tokens: list[int]) -> None:
+def _cost(models: tuple[str, ...], backend: str, tokens: list[int], beams: int = 1) -> None:
     """One fresh process per (model, tokens): its first call is the compile, its peak RSS the compile's."""
     columns = " | ".join(f"{count} tokens: first call (s) / peak RSS (MiB)" for count in tokens)
     print(f"| model | {columns} | time ratio {tokens[-1]}/{tokens[0]} | RSS ratio |")
     print("|---|" + "---|" * (len(tokens) + 2))
     for model in models:
         # the faster of two fresh processes per length: one compile's timing varies by a few seconds
-        rows = [min((_in_subprocess("ours_compiled_while", model, backend, "2", str(count), "1") for _ in range(2)),
+        rows = [min((_in_subprocess("ours_compiled_while", model, backend, "2", str(count), "1", "--beams", str(beams))
+                     for _ in range(2)),
                     key=lambda row: row.get("first_call_s", float("inf"))) for count in tokens]
         cells = [f"{row['first_call_s']} / {row['peak_rss_mib']}" if "error" not in row else f"error: {row['error']}"
                  for row in rows]
@@ -325,11 +332,13 @@ VARIANT_NAMES = ("ours_aoti", "ours_compiled_while", "ours_compiled", "static_co
 BASELINES = ("static_compiled_forward", "dynamic")
 
 
-def _throughput(models: tuple[str, ...], batch: int, tokens: int, loops: list[str], dtype: str, size: str) -> None:
+def _throughput(models: tuple[str, ...], batch: int, tokens: int, loops: list[str], dtype: str, size: str,
+                beams: int = 1) -> None:
     """Tokens/s of each loop variant and of generate's two paths, the ratios against them, and whether every
     variant gave the default generate's tokens."""
     variants = [*loops, *BASELINES]
-    print(f"\nbatch {batch}, {tokens} new tokens, {dtype}, {size} model; tokens/s = batch x tokens / steady seconds "
+    print(f"\nbatch {batch}, {tokens} new tokens, {dtype}, {size} model, num_beams {beams}; tokens/s = batch x "
+          "tokens / steady seconds "
           "of one generation; exact: every variant's tokens equal the default generate's")
     ratios = [f"{loop} / {base}" for loop in loops for base in BASELINES]
     print("| model | " + " | ".join(f"{variant} tok/s" for variant in variants) + " | " + " | ".join(ratios)
@@ -337,7 +346,7 @@ def _throughput(models: tuple[str, ...], batch: int, tokens: int, loops: list[st
     print("|---|" + "---|" * (len(variants) + len(ratios) + 1))
     for model in models:
         rows = {variant: _in_subprocess(variant, model, "inductor", str(batch), str(tokens), "5", "--dtype", dtype,
-                                        "--size", size) for variant in variants}
+                                        "--size", size, "--beams", str(beams)) for variant in variants}
         rates = {variant: batch * 1000 / row["ms_per_token"] if "ms_per_token" in row else None
                  for variant, row in rows.items()}
         cells = [f"{rates[variant]:.0f}" if rates[variant] else f"error: {rows[variant].get('error')}"
