@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 
-from pytest_fullgraph import beam, beam_search, loop_processors, loop_state, loop_tracing
+from pytest_fullgraph import beam, beam_search, lookup, loop_processors, loop_state, loop_tracing
 from pytest_fullgraph.generation import UnsupportedGeneration
 from pytest_fullgraph.loop_steps import (
     DecodePlan,
@@ -46,8 +46,9 @@ UNSUPPORTED_SETTINGS: dict[str, Any] = {
 }  # fmt: skip
 #: ``UNSUPPORTED_SETTINGS`` that beam search honours: its width, how many beams it returns, and its scores.
 BEAM_SETTINGS = ("num_beams", "num_return_sequences", "output_scores", "return_dict_in_generate")
-#: ``generate``'s modes the loop runs: greedy and sampling, beam search and beam sampling.
-SUPPORTED_MODES = ("greedy_search", "sample", "beam_search", "beam_sample")
+#: ``generate``'s modes the loop runs: greedy and sampling, beam search and beam sampling, and assisted generation
+#: when its candidates come from prompt lookup (``prompt_lookup_num_tokens``).
+SUPPORTED_MODES = ("greedy_search", "sample", "beam_search", "beam_sample", "assisted_generation")
 
 
 class DecodeProgram(torch.nn.Module):
@@ -94,7 +95,9 @@ def check_supported(config: GenerationConfig) -> None:
     beams = mode in ("beam_search", "beam_sample")
     for name, off in UNSUPPORTED_SETTINGS.items():
         value = getattr(config, name, off)
-        if value is not None and value != off and not (beams and name in BEAM_SETTINGS):
+        allowed = (beams and name in BEAM_SETTINGS) or (mode == "assisted_generation"
+                                                         and name == "prompt_lookup_num_tokens")
+        if value is not None and value != off and not allowed:
             why = f": {WHY_UNSUPPORTED[name]}" if name in WHY_UNSUPPORTED else ""
             supported = "greedy and sampling" if name not in BEAM_SETTINGS else "beam search and beam sampling"
             raise UnsupportedGeneration(f"fullgraph_generate does not support {name}={value!r} "
@@ -158,12 +161,13 @@ def prepare(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: tor
     beams = None
     if int(config.num_beams) > 1:
         beams = beam_search.beam_settings(config, eos, config._pad_token_tensor)
+    prompt_lookup = lookup.lookup_settings(config) if config.prompt_lookup_num_tokens is not None else None
     return attention_mask, DecodePlan(config, processors, max_new_tokens, bool(config.do_sample), eos,
                                       config._pad_token_tensor, "position_ids" in parameters,
                                       "logits_to_keep" in parameters,
                                       _mask_when_decoding(model, input_ids, attention_mask),
                                       callable(getattr(model, "create_masks_for_generate", None)), stop_strings,
-                                      beams)
+                                      beams, prompt_lookup)
 
 
 def _mask_when_decoding(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> bool:
@@ -346,6 +350,8 @@ def fullgraph_generate(
     cache = new_cache(model, plan, cache_length(input_ids, plan), loop)
     if plan.beams is not None:
         beam.check_reorderable(model, cache)
+    if plan.lookup is not None:
+        lookup.check_lookup(model, plan, input_ids, cache)
     function = loop_function(plan, loop)
     run = compiler(function) if compiler is not None else function
     with torch.no_grad(), loop_tracing.traceable_loop(model, loop):
@@ -357,8 +363,11 @@ def fullgraph_generate(
 
 
 def loop_function(plan: DecodePlan, loop: str) -> Callable[..., Any]:
-    """The loop that runs a plan in a loop form: beam search's for a plan with beams, else greedy/sampling's."""
-    return beam.BEAM_LOOPS[loop] if plan.beams is not None else LOOPS[loop]
+    """The loop that runs a plan in a loop form: beam search's for a plan with beams, prompt lookup's for one
+    with a lookup, else greedy/sampling's."""
+    if plan.beams is not None:
+        return beam.BEAM_LOOPS[loop]
+    return lookup.LOOKUP_LOOPS[loop] if plan.lookup is not None else LOOPS[loop]
 
 
 def _json_settings(config: GenerationConfig) -> dict[str, Any]:

@@ -35,6 +35,17 @@ class BeamSettings:
     fill: int
 
 
+@dataclass(frozen=True)
+class LookupSettings:
+    """What ``generate`` builds its ``PromptLookupCandidateGenerator`` with."""
+
+    #: tokens drafted at most per step (``prompt_lookup_num_tokens``)
+    draft: int
+    #: the longest n-gram looked up (``max_matching_ngram_size``, 2 when unset)
+    ngram: int
+    max_length: int
+
+
 @dataclass
 class DecodePlan:
     """What ``generate`` decides on the host, decided once before the graph."""
@@ -57,11 +68,16 @@ class DecodePlan:
     stop_strings: Any = None
     #: beam search's settings, None for greedy and sampling
     beams: BeamSettings | None = None
+    #: prompt-lookup decoding's settings, None without it
+    lookup: LookupSettings | None = None
 
 
 def cache_length(input_ids: torch.Tensor, plan: DecodePlan) -> int:
     """Positions the cache needs, sized as ``generate`` sizes its static cache: the last new token is never fed
-    back, so prompt + max_new_tokens - 1. The size matters for models whose masks depend on it (gpt_neo)."""
+    back, so prompt + max_new_tokens - 1. The size matters for models whose masks depend on it (gpt_neo).
+    Prompt lookup reads a whole draft past the last token each step: prompt + max_new_tokens + the draft."""
+    if plan.lookup is not None:
+        return int(input_ids.shape[1]) + plan.max_new_tokens + plan.lookup.draft
     return int(input_ids.shape[1]) + plan.max_new_tokens - 1
 
 

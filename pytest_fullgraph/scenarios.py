@@ -106,7 +106,7 @@ def _warper_alone(name: str, setting: str, value: float, warper: str) -> Scenari
 TOKENIZER = "tokenizer"
 STOPPING_FEATURES = ("eos", "eos_list", "max_length", "stop_strings", "max_time")
 #: Features that are a decoding mode of their own (``GenerationConfig.get_generation_mode``), not greedy/sampling.
-MODE_FEATURES = ("beam_search", "beam_sample", "beam_eos")
+MODE_FEATURES = ("beam_search", "beam_sample", "beam_eos", "prompt_lookup")
 _G = GreedyToken
 
 SCENARIOS: dict[str, Scenario] = {
@@ -199,6 +199,9 @@ SCENARIOS: dict[str, Scenario] = {
                  "num_return_sequences=2, length_penalty=0.5, early_stopping=True", uses_eos=True,
                  feature="beam_eos", settings={"num_beams": 3, "num_return_sequences": 2, "length_penalty": 0.5,
                                                "early_stopping": True}),
+        Scenario("prompt_lookup", "prompt-lookup decoding, prompt_lookup_num_tokens=3, one prompt (assisted "
+                 "generation drafting from the sequence's own n-grams: PromptLookupCandidateGenerator)",
+                 prompt_lengths=(8,), feature="prompt_lookup", settings={"prompt_lookup_num_tokens": 3}),
     )
 }
 #: The selection keyword for today's four scenarios, the default.

@@ -1,0 +1,200 @@
+"""Prompt-lookup decoding as one graph: ``generate``'s assisted loop with ``PromptLookupCandidateGenerator``'s
+candidates, greedy, with ``generate``'s tokens.
+
+``generate`` drafts up to ``prompt_lookup_num_tokens`` tokens by finding the last n-gram earlier in the sequence
+(``get_candidates``), runs the model once over the last token and the draft, keeps the draft up to the first
+token the model disagrees with plus the model's own next token, and crops the cache back. Every length there is
+data: how many tokens were drafted, how many were kept. Here the draft is a fixed-size buffer with its length as
+a tensor, the model always reads ``1 + prompt_lookup_num_tokens`` tokens (the ones past the draft come after the
+valid ones, so causal attention keeps them out of the valid logits), tokens are written with masks, and the
+cache's rollback is a reset of its fill counter (the positions past it are rewritten before they are read).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import torch
+
+from pytest_fullgraph.generation import UnsupportedGeneration
+from pytest_fullgraph.loop_steps import DecodePlan, LookupSettings, forward_kwargs
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+#: Cache layer classes whose state a rollback restores by resetting the fill counter: full-length attention
+#: layers (a sliding layer rolls its buffer, a recurrent state cannot be un-updated).
+ROLLBACK_LAYERS = frozenset({"StaticLayer"})
+
+
+class Lookup(NamedTuple):
+    """The loop's state: the sequence buffer, its valid length, and whether it still generates (0-d)."""
+
+    sequence: torch.Tensor
+    length: torch.Tensor
+    running: torch.Tensor
+
+
+def lookup_settings(config: Any) -> LookupSettings:
+    return LookupSettings(int(config.prompt_lookup_num_tokens), int(config.max_matching_ngram_size or 2),
+                          int(config.max_length))
+
+
+def check_lookup(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tensor, cache: Any) -> None:
+    """Refuse, naming it, what this loop does not do with prompt lookup (``generate`` refuses a batch too)."""
+    if int(input_ids.shape[0]) != 1:
+        raise UnsupportedGeneration(f"prompt lookup decoding takes one prompt, as generate's assisted decoding "
+                                    f"does (got batch {int(input_ids.shape[0])})")
+    if plan.do_sample:
+        raise UnsupportedGeneration("prompt lookup decoding with do_sample=True draws one token per drafted "
+                                    "position, a number only known at run time; supported: greedy")
+    if len(plan.processors) > 0:
+        names = ", ".join(type(processor).__name__ for processor in plan.processors)
+        raise UnsupportedGeneration(f"prompt lookup decoding with logits processors ({names}): generate filters "
+                                    "the draft through them token by token; supported: none")
+    for layer in cache.layers:
+        if type(layer).__name__ not in ROLLBACK_LAYERS:
+            raise UnsupportedGeneration(f"prompt lookup decoding cannot roll back cache layer "
+                                        f"{type(layer).__name__} of {type(model).__name__} (supported: "
+                                        f"{', '.join(sorted(ROLLBACK_LAYERS))})")
+
+
+def draft(settings: LookupSettings, sequence: torch.Tensor, length: torch.Tensor, eos: torch.Tensor | None,
+          max_length: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """``get_candidates`` on ``sequence[0, :length]``: the drafted tokens (``settings.draft`` of them, those past
+    the draft's length arbitrary) and the draft's length. The longest n-gram first; within it, the earliest
+    match whose continuation starts before the end."""
+    row = sequence[0]
+    positions = torch.arange(row.shape[0], device=row.device)
+    start = torch.zeros((), dtype=torch.long, device=row.device)
+    found = torch.zeros((), dtype=torch.bool, device=row.device)
+    for size in range(settings.ngram, 0, -1):
+        last = row.index_select(0, (length - size + torch.arange(size, device=row.device)).clamp(min=0))
+        windows = torch.stack([row.roll(-offset) for offset in range(size)], dim=1)  # windows[i] = row[i:i+size]
+        begins = positions + size  # where each window's continuation starts
+        hits = (windows == last).all(dim=1) & (begins < length) & (begins < max_length)
+        hits = hits & (size <= length - 1)
+        first = torch.where(hits, positions, row.shape[0]).min()
+        take = ~found & hits.any()
+        start, found = torch.where(take, first + size, start), found | take
+    end = torch.minimum(start + settings.draft, length)
+    end = torch.minimum(end, torch.as_tensor(max_length, device=length.device))
+    count = torch.where(found, end - start, 0)
+    tokens = row.index_select(0, (start + torch.arange(settings.draft, device=row.device)).clamp(max=row.shape[0] - 1))
+    if eos is not None:  # the draft stops before its first EOS
+        is_eos = torch.isin(tokens, eos) & (torch.arange(settings.draft, device=row.device) < count)
+        count = torch.where(is_eos.any(), torch.argmax(is_eos.long()), count)
+    count = torch.where(length + 1 == max_length, 0, count)
+    return tokens, count
+
+
+def _forward(model: PreTrainedModel, plan: DecodePlan, chunk: torch.Tensor, positions: torch.Tensor,
+             mask: torch.Tensor, cache: Any, keep: int) -> torch.Tensor:
+    """The logits of the chunk's last ``keep`` positions, in float32 (``generate`` asks for exactly these)."""
+    kwargs = forward_kwargs(plan, positions)
+    if plan.logits_to_keep:
+        kwargs["logits_to_keep"] = keep
+    logits = model(input_ids=chunk, cache=cache, attention_mask=mask, **kwargs).logits
+    return logits[:, -keep:].to(dtype=torch.float32)
+
+
+def _accept(settings: LookupSettings, plan: DecodePlan, state: Lookup, tokens: torch.Tensor, count: torch.Tensor,
+            logits: torch.Tensor, cache: Any, max_length: Any) -> Lookup:
+    """Keep the draft up to the model's first disagreement plus the model's next token (greedy), cut at the length
+    limit and after an EOS, as ``_assisted_decoding`` does; roll the cache back to the tokens kept."""
+    selected = torch.argmax(logits[0], dim=-1)  # the model's token after each drafted position
+    offsets = torch.arange(settings.draft + 1, device=selected.device)
+    agree = (tokens == selected[:-1]) & (offsets[:-1] < count)
+    valid = torch.cumprod(agree.long(), dim=0).sum() + 1
+    valid = torch.minimum(valid, max_length - state.length)
+    if plan.eos is not None:
+        is_eos = torch.isin(selected, plan.eos) & (offsets < valid)
+        valid = torch.where(is_eos.any(), torch.argmax(is_eos.long()) + 1, valid)
+    valid = torch.where(state.running, valid, 0)
+    where = torch.arange(state.sequence.shape[1], device=selected.device)
+    written = (where >= state.length) & (where < state.length + valid)
+    sequence = torch.where(written, selected[(where - state.length).clamp(0, settings.draft)], state.sequence)
+    length = state.length + valid
+    for layer in cache.layers:  # the cache holds every token but the newest
+        layer.cumulative_length.copy_(length - 1)
+    last = sequence[0].index_select(0, (length - 1).reshape(1))
+    running = state.running & (length < max_length)
+    if plan.eos is not None:
+        running = running & ~torch.isin(last, plan.eos)[0]
+    return Lookup(sequence, length, running)
+
+
+def _start(plan: DecodePlan, input_ids: torch.Tensor,
+           attention_mask: torch.Tensor) -> tuple[LookupSettings, Lookup, torch.Tensor, torch.Tensor]:
+    """The settings, the state before the first step, the full attention mask and the prompt's padding count."""
+    assert plan.lookup is not None
+    settings = plan.lookup
+    width = settings.max_length + settings.draft  # as wide as the cache (``cache_length``)
+    prompt_length = int(input_ids.shape[1])
+    sequence = torch.cat([input_ids, input_ids.new_zeros((1, width - prompt_length))], dim=1)
+    mask = torch.cat([attention_mask, attention_mask.new_ones((1, width - prompt_length))], dim=1)
+    pads = (attention_mask.shape[1] - attention_mask.sum()).reshape(1, 1)
+    state = Lookup(sequence, torch.full((), prompt_length, dtype=torch.long, device=input_ids.device),
+                   torch.ones((), dtype=torch.bool, device=input_ids.device))
+    return settings, state, mask, pads
+
+
+def _step(model: PreTrainedModel, plan: DecodePlan, settings: LookupSettings, state: Lookup, cache: Any,
+          mask: torch.Tensor, pads: torch.Tensor, max_length: Any, prompt: torch.Tensor | None = None) -> Lookup:
+    """One draft-and-verify step towards ``max_length`` (an int, or a 0-d tensor in the ``while`` form, whose
+    program takes its length as an input); ``prompt`` on the first, which reads the prompt and the draft in one
+    forward, as ``generate``'s first step does."""
+    tokens, count = draft(settings, state.sequence, state.length, plan.eos, max_length)
+    if prompt is not None:
+        chunk = torch.cat([prompt, tokens[None]], dim=1)
+        start = torch.zeros((), dtype=torch.long, device=chunk.device)
+    else:
+        chunk = torch.cat([state.sequence.index_select(1, (state.length - 1).reshape(1)), tokens[None]], dim=1)
+        start = state.length - 1
+    positions = ((start + torch.arange(chunk.shape[1], device=chunk.device))[None] - pads).clamp(min=0)
+    logits = _forward(model, plan, chunk, positions, mask, cache, settings.draft + 1)
+    return _accept(settings, plan, state, tokens, count, logits, cache, max_length)
+
+
+def lookup_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                cache: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompt lookup unrolled: ``max_new_tokens`` steps (each keeps a token at least), those after the last token
+    changing nothing; returns the sequence buffer and the tokens generated (``decode.trimmed`` cuts it)."""
+    settings, state, mask, pads = _start(plan, input_ids, attention_mask)
+    state = _step(model, plan, settings, state, cache, mask, pads, settings.max_length, prompt=input_ids)
+    for _ in range(plan.max_new_tokens - 1):
+        state = _step(model, plan, settings, state, cache, mask, pads, settings.max_length)
+    return state.sequence, state.length - input_ids.shape[1]
+
+
+def lookup_while_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tensor,
+                      attention_mask: torch.Tensor, cache: Any,
+                      limit: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompt lookup with the steps after the first as a ``while_loop`` body, exiting when generation ends (or
+    ``limit`` tokens are reached: the buffers stay sized for the plan)."""
+    from torch._higher_order_ops import while_loop
+
+    from pytest_fullgraph import loop_state
+
+    settings, state, mask, pads = _start(plan, input_ids, attention_mask)
+    # a shorter generation ends at the prompt plus the limit, as generate's max_length would
+    max_length = settings.max_length if limit is None else input_ids.shape[1] + limit
+    state = _step(model, plan, settings, state, cache, mask, pads, max_length, prompt=input_ids)
+    carried = loop_state.CarriedCache(cache)
+
+    def condition(sequence: torch.Tensor, length: torch.Tensor, running: torch.Tensor,
+                  *tensors: torch.Tensor) -> torch.Tensor:
+        return running.clone()
+
+    def body(sequence: torch.Tensor, length: torch.Tensor, running: torch.Tensor,
+             *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        step_cache = carried.rebuild(tensors)
+        after = _step(model, plan, settings, Lookup(sequence, length, running), step_cache, mask, pads, max_length)
+        return (*after, *carried.tensors(step_cache))
+
+    final = while_loop(condition, body, (*state, *carried.tensors()))
+    return final[0], final[1] - input_ids.shape[1]
+
+
+#: The prompt-lookup loop of each loop form.
+LOOKUP_LOOPS = {"unrolled": lookup_loop, "while": lookup_while_loop}

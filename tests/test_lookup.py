@@ -1,0 +1,78 @@
+"""Prompt-lookup decoding in the loop: ``generate``'s tokens, eager and compiled, both forms, with drafts really
+accepted; refusals name what they refuse."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from transformers import GenerationConfig
+
+from pytest_fullgraph import build_tiny
+from pytest_fullgraph.decode import UnsupportedGeneration, fullgraph_generate
+from pytest_fullgraph.generation import generate_fn
+from pytest_fullgraph.models.oracle import build_oracle
+
+ORACLE = build_oracle()
+#: the oracle repeats itself after this prompt, so lookup drafts are accepted (7 forwards for 12 tokens)
+REPEATING = torch.tensor([[5, 6, 7, 5, 6, 2, 5, 6]])
+
+
+def _forwards(model: Any, run: Any) -> tuple[Any, int]:
+    calls: list[int] = []
+    handle = model.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        return run(), len(calls)
+    finally:
+        handle.remove()
+
+
+@pytest.mark.parametrize("ids", [REPEATING.tolist(), [[3, 4, 3, 4, 3, 4]], [[0, 0, 7, 6, 7, 6]]])
+@pytest.mark.parametrize(("draft", "eos"), [(3, None), (2, [4]), (5, [7, 2])])
+def test_the_eager_loop_gives_generates_tokens(ids: list[list[int]], draft: int, eos: list[int] | None) -> None:
+    ids_ = torch.tensor(ids)
+    mask = (ids_ != 0).long()
+    config = GenerationConfig(max_new_tokens=8, pad_token_id=0, eos_token_id=eos, prompt_lookup_num_tokens=draft)
+    expected = generate_fn(ORACLE)(input_ids=ids_, attention_mask=mask, generation_config=config)
+    for loop in ("unrolled", "while"):
+        assert torch.equal(fullgraph_generate(ORACLE, ids_, mask, config, loop=loop), expected)
+
+
+@pytest.mark.parametrize("loop", [pytest.param("unrolled", marks=pytest.mark.slow), "while"])
+def test_compiled_prompt_lookup_accepts_drafts_and_gives_generates_tokens(loop: str) -> None:
+    config = GenerationConfig(max_new_tokens=12, pad_token_id=0, eos_token_id=None, prompt_lookup_num_tokens=3)
+    expected, forwards = _forwards(ORACLE, lambda: generate_fn(ORACLE)(input_ids=REPEATING,
+                                                                       generation_config=config))
+    assert forwards < 12  # drafts were accepted: fewer forwards than tokens
+    torch._dynamo.reset()
+    compiled = fullgraph_generate(ORACLE, REPEATING, None, config, loop=loop,
+                                  compiler=lambda function: torch.compile(function, fullgraph=True, backend="inductor"))
+    assert torch.equal(compiled, expected)
+
+
+def test_llama_with_repeated_ngrams_gives_generates_tokens() -> None:
+    model = build_tiny("llama")
+    ids = torch.tensor([[5, 6, 7, 5, 6, 9, 5, 6]])
+    config = GenerationConfig(max_new_tokens=8, pad_token_id=0, eos_token_id=None, prompt_lookup_num_tokens=3)
+    expected = generate_fn(model)(input_ids=ids, generation_config=config)
+    for loop in ("unrolled", "while"):
+        assert torch.equal(fullgraph_generate(model, ids, None, config, loop=loop), expected)
+
+
+@pytest.mark.parametrize(("ids", "settings", "named"), [
+    ([[5, 6], [7, 8]], {}, "takes one prompt"),
+    ([[5, 6]], {"do_sample": True}, "do_sample=True"),
+    ([[5, 6]], {"repetition_penalty": 1.5}, "RepetitionPenaltyLogitsProcessor"),
+])
+def test_what_prompt_lookup_cannot_do_is_refused_by_name(ids: list[list[int]], settings: dict[str, Any],
+                                                         named: str) -> None:
+    config = GenerationConfig(max_new_tokens=3, pad_token_id=0, prompt_lookup_num_tokens=2, **settings)
+    with pytest.raises(UnsupportedGeneration, match=named):
+        fullgraph_generate(ORACLE, torch.tensor(ids), None, config)
+
+
+def test_a_cache_that_cannot_roll_back_is_refused_by_name() -> None:
+    config = GenerationConfig(max_new_tokens=3, pad_token_id=0, prompt_lookup_num_tokens=2)
+    with pytest.raises(UnsupportedGeneration, match="cannot roll back cache layer"):
+        fullgraph_generate(build_tiny("mamba"), torch.tensor([[5, 6, 5]]), None, config)
