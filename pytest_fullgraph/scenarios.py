@@ -201,7 +201,8 @@ SCENARIOS: dict[str, Scenario] = {
                                                "early_stopping": True}),
         Scenario("prompt_lookup", "prompt-lookup decoding, prompt_lookup_num_tokens=3, one prompt (assisted "
                  "generation drafting from the sequence's own n-grams: PromptLookupCandidateGenerator)",
-                 prompt_lengths=(8,), feature="prompt_lookup", settings={"prompt_lookup_num_tokens": 3}),
+                 prompt_lengths=(8,), feature="prompt_lookup", settings={"prompt_lookup_num_tokens": 3},
+                 inert="greedy acceptance keeps exactly greedy's tokens: drafting changes how many forwards run"),
     )
 }
 #: The selection keyword for today's four scenarios, the default.
