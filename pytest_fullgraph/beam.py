@@ -51,16 +51,19 @@ def check_reorderable(model: PreTrainedModel, cache: Any) -> None:
 
 
 def reorder_cache(cache: Any, rows: torch.Tensor) -> None:
-    """Make each cache row the row its beam came from (``Cache.reorder_cache``, in place, with no check of the
-    cache's fill, which would be a host read)."""
+    """Make each cache row the row its beam came from, as ``Cache.reorder_cache`` does (new tensors in the layer's
+    attributes: some are expanded views that an in-place copy cannot write, qwen4_exp's indexer positions), with
+    no check of the cache's fill, which would be a host read."""
     rows = rows.long()
     for layer in cache.layers:
         for attribute, dimension in ROW_DIMENSION.items():
             value = getattr(layer, attribute, None)
-            tensors = value.values() if isinstance(value, dict) else [value]
-            for tensor in tensors:
-                if isinstance(tensor, torch.Tensor):
-                    tensor.copy_(tensor.index_select(dimension, rows))
+            if isinstance(value, torch.Tensor):
+                setattr(layer, attribute, value.index_select(dimension, rows))
+            elif isinstance(value, dict):
+                for key, tensor in list(value.items()):
+                    if isinstance(tensor, torch.Tensor):
+                        value[key] = tensor.index_select(dimension, rows)
 
 
 def expanded(plan: DecodePlan, input_ids: torch.Tensor,

@@ -16,7 +16,7 @@ import transformers.models.auto.modeling_auto  # noqa: F401
 
 pytest_plugins = ["pytester"]
 
-#: Why a ``slow`` test is skipped by default: the breadth tests that build whole programs (AOTInductor) or run the
+#: Why a ``breadth`` test is skipped by default: the breadth tests that build whole programs (AOTInductor) or run the
 #: suite many times over keep `.ci/run` past its minutes; the workflow's ``plugin`` job runs them on every pull
 #: request.
 SLOW_REASON = "a slow breadth test of the plugin: run with --slow-tests (the workflow's plugin job does)"
@@ -24,18 +24,19 @@ SLOW_REASON = "a slow breadth test of the plugin: run with --slow-tests (the wor
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--slow-tests", action="store_true", default=False,
-                     help="also run the plugin's slow breadth tests (marked slow)")
+                     help="also run the plugin's slow breadth tests (marked breadth)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", f"slow: {SLOW_REASON}")
+    # not ``slow``: the plugin under test owns that marker (its slow tier, --run-slow) and would skip these too
+    config.addinivalue_line("markers", f"breadth: {SLOW_REASON}")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.getoption("--slow-tests"):
         return
     for item in items:
-        if item.get_closest_marker("slow") is not None:
+        if item.get_closest_marker("breadth") is not None:
             item.add_marker(pytest.mark.skip(reason=SLOW_REASON))
 
 #: A conftest for pytester runs: toy models built on the tiny llama, each with a known behaviour.

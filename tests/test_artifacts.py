@@ -91,7 +91,7 @@ def exported_while(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 #: Each runtime; AOTInductor's build of a whole generation takes a minute or more on 2 cores: a slow test.
-RUNTIMES_SLOW_AOTI = [pytest.param(runtime, marks=pytest.mark.slow) if runtime == "aoti" else runtime
+RUNTIMES_SLOW_AOTI = [pytest.param(runtime, marks=pytest.mark.breadth) if runtime == "aoti" else runtime
                       for runtime in RUNTIMES]
 
 

@@ -89,7 +89,7 @@ def test_a_cache_that_does_not_follow_its_beams_changes_the_oracles_tokens(monke
     assert not torch.equal(fullgraph_generate(ORACLE, ids, mask, config).sequences, expected.sequences)
 
 
-@pytest.mark.parametrize("loop", [pytest.param("unrolled", marks=pytest.mark.slow), "while"])
+@pytest.mark.parametrize("loop", [pytest.param("unrolled", marks=pytest.mark.breadth), "while"])
 def test_compiled_beams_of_the_oracle_are_generates_bit_for_bit(loop: str) -> None:
     """The oracle's forward is exact in float32, so any difference would be the beam bookkeeping's: none."""
     ids, mask, _ = _padded([[3, 1, 2], [5, 6]])
@@ -104,9 +104,9 @@ def test_compiled_beams_of_the_oracle_are_generates_bit_for_bit(loop: str) -> No
 
 @pytest.mark.parametrize("settings_", [
     pytest.param({"num_beams": 3, "num_return_sequences": 2, "length_penalty": 0.5}, id="return2"),
-    pytest.param({"num_beams": 2, "early_stopping": True, "length_penalty": 2.0}, id="early", marks=pytest.mark.slow),
+    pytest.param({"num_beams": 2, "early_stopping": True, "length_penalty": 2.0}, id="early", marks=pytest.mark.breadth),
     pytest.param({"num_beams": 2, "early_stopping": "never", "length_penalty": 1.5}, id="never",
-                 marks=pytest.mark.slow),
+                 marks=pytest.mark.breadth),
     pytest.param({"num_beams": 3, "do_sample": True, "top_k": 0}, id="sample"),
 ])
 def test_llama_beams_in_the_eager_loop_are_generates(settings_: dict[str, Any]) -> None:

@@ -68,7 +68,7 @@ def _first_generate_break() -> tuple[str, str, str]:
     return "_prepare_special_tokens", "eos", "GB0170"
 
 
-@pytest.mark.slow  # compiles the whole of generate with every break recorded, as the main command does
+@pytest.mark.breadth  # compiles the whole of generate with every break recorded, as the main command does
 def test_real_breaks_of_transformers_generate_are_classified() -> None:
     result = run_check(build_tiny("llama"), "llama", "eos", "generate", "eager", 2)
     assert result.outcome == "break"

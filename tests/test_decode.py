@@ -123,7 +123,7 @@ def test_decode_level_is_one_graph_and_attributes_model_breaks(toy_project: pyte
     assert (first["file"], first["line"], first["origin"]) == ("conftest.py", PLANTED_BREAK_LINE, "user")
 
 
-@pytest.mark.slow  # runs the property suite's four parts on a model that breaks
+@pytest.mark.breadth  # runs the property suite's four parts on a model that breaks
 def test_property_suite_checks_the_eager_loop_and_xfails_a_model_that_does_not_compile(
         toy_project: pytest.Pytester) -> None:
     suite = Path(__file__).parents[1] / "suites" / "test_decode_properties.py"
