@@ -5,10 +5,12 @@ compiler), tokens compared with ``torch.equal``.
     python bench/modes.py [--scenarios beam beam_sample beam_eos] [--models llama gemma ...] [--jobs 1]
                           [--timeout 120] [--json out.json]
 
-Each model runs in its own process (a crash or hang costs that model only). A row's outcome: ``exact``, ``mismatch``
-(the first differing position), ``refused`` (the loop's ``UnsupportedGeneration``, naming why), ``generate
-error`` (transformers' own run of the mode fails: its error and where), ``loop error``, ``build error`` or
-``timeout``.
+Each model runs in its own process, built once for all the scenarios (a crash or hang costs that model
+only). A row's outcome: ``exact``, ``mismatch`` (the first differing position), ``refused`` (the loop's
+``UnsupportedGeneration``, naming why), ``generate error`` (transformers' own run of the mode fails: its error
+and where), ``loop error``, ``build error``, ``known`` (the registry's reason not to build it), ``crash`` or
+``timeout``. A mismatch or loop error says whether ``generate`` with the static cache the loop uses fails or
+differs too (the model's static-cache path) or agrees with the default ``generate`` (then it is the loop's).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ def _said(error: BaseException) -> str:
     return f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}"
 
 
-def one(model: str, scenario_name: str) -> dict[str, Any]:
+def one(model: str, scenario_name: str, built: Any = None) -> dict[str, Any]:
     import torch
 
     from pytest_fullgraph.decode import fullgraph_generate
@@ -54,7 +56,7 @@ def one(model: str, scenario_name: str) -> dict[str, Any]:
         spec = builtin_registry()[model]
         if spec.known_reason:
             return {**row, "outcome": "known", "error": spec.known_reason}
-        built = spec.build()
+        built = built if built is not None else spec.build()
         inputs = make_inputs(built, scenario)
         eos, settings = scenario_values(built, inputs, scenario, MAX_NEW_TOKENS)
         config = generation_config(scenario, MAX_NEW_TOKENS, eos, settings)
@@ -71,27 +73,58 @@ def one(model: str, scenario_name: str) -> dict[str, Any]:
         except UnsupportedGeneration as error:
             return {**row, "outcome": "refused", "error": str(error)}
         except Exception as error:
-            return {**row, "outcome": "loop error", "error": _said(error), "where": _where(error)}
+            return {**row, "outcome": "loop error", "error": _said(error), "where": _where(error),
+                    "static_cache": _static_cache(built, inputs, config, scenario.seed, expected)}
     if torch.equal(got, expected):
         return {**row, "outcome": "exact"}
     differ = [index for index in range(min(got.shape[1], expected.shape[1]))
               if not torch.equal(got[:, index], expected[:, index])]
     return {**row, "outcome": "mismatch", "error": f"shapes {list(got.shape)} vs {list(expected.shape)}, first "
-                                                    f"differing position {differ[0] if differ else None}"}
+                                                    f"differing position {differ[0] if differ else None}",
+            "static_cache": _static_cache(built, inputs, config, scenario.seed, expected)}
 
 
-def survey(model: str, scenario: str, timeout: float) -> dict[str, Any]:
+def _static_cache(model: Any, inputs: dict[str, Any], config: Any, seed: int, expected: Any) -> str:
+    """Whose fault a loop's failure is: ``generate`` with the static cache the loop uses fails or differs too
+    (the model's static-cache path), or it equals the default ``generate`` (the loop's)."""
+    import torch
+
+    from pytest_fullgraph.generation import generate, static_cache_config
+
     try:
-        completed = subprocess.run([sys.executable, __file__, "--one", model, scenario], capture_output=True,
-                                   text=True, timeout=timeout, check=False)
+        static = generate(model, inputs, static_cache_config(config), seed)
+    except Exception as error:
+        return f"generate fails too: {_said(error)}"
+    return "generate agrees" if static.shape == expected.shape and torch.equal(static, expected) else \
+        "generate differs too"
+
+
+def every_scenario(model: str, scenarios: list[str]) -> list[dict[str, Any]]:
+    """One model's rows, the model built once (imports and the build are most of a row's cost)."""
+    from pytest_fullgraph.models import builtin_registry
+
+    spec = builtin_registry()[model]
+    try:
+        built = None if spec.known_reason else spec.build()
+    except Exception as error:  # a row says what went wrong; the survey goes on
+        return [{"model": model, "scenario": scenario, "outcome": "build error", "error": _said(error),
+                 "where": _where(error)} for scenario in scenarios]
+    return [one(model, scenario, built) for scenario in scenarios]
+
+
+def survey(model: str, scenarios: list[str], timeout: float) -> list[dict[str, Any]]:
+    try:
+        completed = subprocess.run([sys.executable, __file__, "--one", model, ",".join(scenarios)],
+                                   capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
-        return {"model": model, "scenario": scenario, "outcome": "timeout", "error": f"after {timeout:g} s"}
+        return [{"model": model, "scenario": scenario, "outcome": "timeout", "error": f"after {timeout:g} s"}
+                for scenario in scenarios]
     lines = completed.stdout.strip().splitlines()
     if completed.returncode == 0 and lines:
-        return dict(json.loads(lines[-1]))
+        return list(json.loads(lines[-1]))
     said = [line for line in completed.stderr.strip().splitlines() if line.strip()]
-    return {"model": model, "scenario": scenario, "outcome": "crash",
-            "error": said[-1] if said else f"exit {completed.returncode}"}
+    return [{"model": model, "scenario": scenario, "outcome": "crash",
+             "error": said[-1] if said else f"exit {completed.returncode}"} for scenario in scenarios]
 
 
 def main() -> None:
@@ -104,19 +137,21 @@ def main() -> None:
     parser.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(one(*args.one)))
+        print(json.dumps(every_scenario(args.one[0], args.one[1].split(","))))
         return
     from pytest_fullgraph.models import builtin_registry
 
     models = args.models or sorted(builtin_registry().names())
-    pairs = [(model, scenario) for model in models for scenario in args.scenarios]
     print("| model | scenario | outcome | detail |\n|---|---|---|---|", flush=True)
     rows = []
     with ThreadPoolExecutor(args.jobs) as pool:
-        for row in pool.map(lambda pair: survey(*pair, args.timeout), pairs):
-            rows.append(row)
-            detail = " at ".join(part for part in (row.get("error", ""), row.get("where", "")) if part)
-            print(f"| {row['model']} | {row['scenario']} | {row['outcome']} | {detail[:200]} |", flush=True)
+        for model_rows in pool.map(lambda model: survey(model, args.scenarios, args.timeout), models):
+            for row in model_rows:
+                rows.append(row)
+                detail = " at ".join(part for part in (row.get("error", ""), row.get("where", "")) if part)
+                static = f" (static-cache generate: {row['static_cache']})" if "static_cache" in row else ""
+                print(f"| {row['model']} | {row['scenario']} | {row['outcome']} | {detail[:200]}{static[:120]} |",
+                      flush=True)
     for scenario in args.scenarios:
         counts = Counter(row["outcome"] for row in rows if row["scenario"] == scenario)
         print(f"\n{scenario}: " + ", ".join(f"{count} {outcome}" for outcome, count in counts.most_common()))
