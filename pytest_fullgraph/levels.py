@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_fullgraph.results import BREAK, ERROR
+from pytest_fullgraph.results import BREAK, ERROR, MODE_NEVER_COMPILES
 
 if TYPE_CHECKING:
     import torch
@@ -46,7 +46,7 @@ class GraphRule:
         """``mode``: the generation mode of the run (``GenerationMode``'s value), which can say why nothing was
         compiled."""
         if trace.graph_count == 0:
-            why = (f"transformers' {mode} calls the model's forward uncompiled: only greedy search and sampling "
+            why = (f"transformers' {mode} {MODE_NEVER_COMPILES}: only greedy search and sampling "
                    "(_sample) and assisted decoding use the compiled forward" if mode in UNCOMPILED_MODES else
                    f"model type {getattr(model.config, 'model_type', '?')!r} or its cache is not compiled by "
                    "generate")

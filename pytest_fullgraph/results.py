@@ -57,6 +57,9 @@ DEFAULT_DTYPE = "float32"
 ROUNDING, DIVERGENCE = "rounding", "divergence"
 #: Outcomes that fail a test whatever the strictness (a break is xfail unless strict).
 FAILING_OUTCOMES = (MISMATCH, ERROR, NONDETERMINISTIC)
+#: What the ``forward`` level's error says when transformers' loop for the generation mode (beam search) never
+#: calls the compiled forward: a fact of transformers' generation code, not of the model or its flag.
+MODE_NEVER_COMPILES = "calls the model's forward uncompiled"
 
 
 class Stage(Enum):

@@ -74,3 +74,16 @@ def test_the_markdown_terminal_and_json_carry_the_audit() -> None:
 def test_reports_without_flags_have_no_audit_section() -> None:
     old = [CheckResult("llama", "greedy", "forward", "aot_eager", 4, "pass")]
     assert "flag audit" not in markdown(Report({}, old))
+
+
+def test_a_mode_whose_loop_in_transformers_never_compiles_the_forward_says_nothing_of_the_flag() -> None:
+    """Beam search's forward level errors for every model (transformers' _beam_search calls the forward
+    uncompiled); that is no evidence against a model's _can_compile_fullgraph."""
+    from pytest_fullgraph.results import MODE_NEVER_COMPILES
+
+    never = CheckResult("llama", "beam", "forward", "aot_eager", 4, "error", stage="compiled generation",
+                        message=f"nothing was compiled: transformers ran level 'forward' eagerly (transformers' "
+                                f"beam_search {MODE_NEVER_COMPILES}: ...)", can_compile_fullgraph=True)
+    broke = CheckResult("llama", "greedy", "forward", "aot_eager", 4, "break", can_compile_fullgraph=True)
+    assert disagreements(model_summaries([never])) == []
+    assert [summary.model for summary in disagreements(model_summaries([never, broke]))] == ["llama"]

@@ -104,7 +104,8 @@ def test_compiled_beams_of_the_oracle_are_generates_bit_for_bit(loop: str) -> No
 
 @pytest.mark.parametrize("settings_", [
     pytest.param({"num_beams": 3, "num_return_sequences": 2, "length_penalty": 0.5}, id="return2"),
-    pytest.param({"num_beams": 2, "early_stopping": True, "length_penalty": 2.0}, id="early", marks=pytest.mark.breadth),
+    pytest.param({"num_beams": 2, "early_stopping": True, "length_penalty": 2.0}, id="early",
+                 marks=pytest.mark.breadth),
     pytest.param({"num_beams": 2, "early_stopping": "never", "length_penalty": 1.5}, id="never",
                  marks=pytest.mark.breadth),
     pytest.param({"num_beams": 3, "do_sample": True, "top_k": 0}, id="sample"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pytest_fullgraph.results import BREAK, ERROR, PASS, SKIP, CheckResult, Stage, outcome_rank
+from pytest_fullgraph.results import BREAK, ERROR, MODE_NEVER_COMPILES, PASS, SKIP, CheckResult, Stage, outcome_rank
 
 #: The levels the audit reads: the flag governs ``forward``; ``decode`` shows whether the forward compiles anyway.
 AUDIT_LEVELS = ("forward", "decode")
@@ -66,7 +66,10 @@ def model_summaries(checks: list[CheckResult]) -> list[ModelSummary]:
 
 def _compile_failed(result: CheckResult) -> bool:
     """A break, or an error of the compiled stage (a compiler crash, "nothing was compiled"); an error before it
-    (eager generation, the build) says nothing of the flag."""
+    (eager generation, the build) says nothing of the flag, nor does a generation mode whose loop in
+    transformers never calls the compiled forward (beam search)."""
+    if result.outcome == ERROR and MODE_NEVER_COMPILES in result.message:
+        return False
     return result.outcome == BREAK or (result.outcome == ERROR and Stage.of(result.stage) is Stage.COMPILED)
 
 
