@@ -159,6 +159,7 @@ def test_a_cache_layer_that_cannot_follow_the_beams_is_refused_by_name(monkeypat
         fullgraph_generate(ORACLE, torch.tensor([[3, 1]]), None, config)
 
 
+@pytest.mark.breadth  # the main command with --fullgraph-scenarios=beam* runs the same checks
 def test_the_suite_judges_beam_modes_at_every_level_of_the_loop(toy_project: pytest.Pytester, tmp_path: Path) -> None:
     """llama's beam search passes the loop's levels with ``generate``'s exact tokens; transformers' own forward
     level is an error that says why: its beam search never calls the compiled forward."""

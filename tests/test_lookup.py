@@ -28,8 +28,10 @@ def _forwards(model: Any, run: Any) -> tuple[Any, int]:
         handle.remove()
 
 
-@pytest.mark.parametrize("ids", [REPEATING.tolist(), [[3, 4, 3, 4, 3, 4]], [[0, 0, 7, 6, 7, 6]]])
-@pytest.mark.parametrize(("draft", "eos"), [(3, None), (2, [4]), (5, [7, 2])])
+@pytest.mark.parametrize(("ids", "draft", "eos"), [
+    (REPEATING.tolist(), 3, None), (REPEATING.tolist(), 5, [7, 2]), ([[3, 4, 3, 4, 3, 4]], 2, [4]),
+    ([[0, 0, 7, 6, 7, 6]], 3, None),  # left padding
+])
 def test_the_eager_loop_gives_generates_tokens(ids: list[list[int]], draft: int, eos: list[int] | None) -> None:
     ids_ = torch.tensor(ids)
     mask = (ids_ != 0).long()
