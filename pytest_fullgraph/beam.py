@@ -191,7 +191,9 @@ def beam_while_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.T
                              positions)
         logits = model(input_ids=step_input, attention_mask=mask, cache=step_cache,
                        **forward_kwargs(plan, positions)).logits
-        flat = beams.running_sequences.reshape(-1, beams.running_sequences.shape[-1])
+        # the processors read the buffer past its valid length too (masked): there generate's fill (-1 without an
+        # EOS id) is no token id, so it reads as 0 there, as the greedy loop's buffer holds
+        flat = beams.running_sequences.reshape(-1, beams.running_sequences.shape[-1]).clamp(min=0)
         log_probs = _log_probs(plan, logits, flat, length)
         beams, go_on = _step(plan, beams, log_probs, length, prompt_length, divisor, new_tokens)
         reorder_cache(step_cache, beams.running_indices.index_select(2, steps.reshape(1)).reshape(-1))

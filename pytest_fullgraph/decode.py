@@ -140,9 +140,12 @@ def prepare(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: tor
     config.max_length = prompt_length + max_new_tokens
     if config.min_new_tokens is not None:  # as generate: min_new_tokens wins over min_length when both are set
         config.min_length = int(config.min_new_tokens) + prompt_length
+    # generate builds its processors after expanding the inputs to one row per beam: the repetition penalty takes
+    # each row's padding length from the expanded mask
+    expanded_mask = attention_mask.repeat_interleave(max(int(config.num_beams), 1), dim=0)
     processors = generate_api._get_logits_processor(
         generation_config=config, input_ids_seq_length=prompt_length, encoder_input_ids=input_ids,
-        device=input_ids.device, model_kwargs={"attention_mask": attention_mask})
+        device=input_ids.device, model_kwargs={"attention_mask": expanded_mask})
     eos = config._eos_token_tensor
     parameters = forward_parameters(model)
     if "cache" not in parameters:

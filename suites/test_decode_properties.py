@@ -1,6 +1,7 @@
-"""Property tests of fullgraph_generate: random batches, paddings, seeds, lengths, EOS, sampling settings and the
+"""Property tests of fullgraph_generate: random batches, paddings, seeds, lengths, EOS, sampling settings, the
 logits processors the loop supports (n-gram ban, bad words, sequence bias, suppression, forced tokens, length
-rules and penalties).
+rules and penalties) and beam search (widths, length penalties, early-stopping modes, sequences returned), where
+the model's own beam search runs.
 
 Our loop (either form, unrolled or while_loop) run eagerly must equal ``model.generate``, and compiled with
 ``fullgraph=True`` must equal eager.
@@ -23,7 +24,7 @@ from transformers import GenerationConfig, PreTrainedModel
 from pytest_fullgraph.breaks import compile_failure_types
 from pytest_fullgraph.compare import static_cache_verdict
 from pytest_fullgraph.decode import LOOPS, UnsupportedGeneration, fullgraph_generate
-from pytest_fullgraph.generation import generate_fn
+from pytest_fullgraph.generation import generate_fn, static_cache_config
 from pytest_fullgraph.inputs import left_padded_prompts, model_generation_defaults
 from pytest_fullgraph.modeling import moved_to, vocab_size
 from pytest_fullgraph.models import tiny
@@ -43,7 +44,8 @@ def examples(run_slow: bool) -> int:
 
 
 @st.composite
-def generation_cases(draw: st.DrawFn, vocab: int, loops: tuple[str, ...]) -> dict[str, Any]:
+def generation_cases(draw: st.DrawFn, vocab: int, loops: tuple[str, ...], beams: bool = False) -> dict[str, Any]:
+    """A drawn generation; with ``beams`` (the model's beam search runs), a third of them beam search."""
     batch = draw(st.integers(1, 3))
     lengths = draw(st.lists(st.integers(1, 12), min_size=batch, max_size=batch))
     seed = draw(st.integers(0, 2**16))
@@ -76,6 +78,11 @@ def generation_cases(draw: st.DrawFn, vocab: int, loops: tuple[str, ...]) -> dic
         config["begin_suppress_tokens"] = draw(st.lists(st.integers(tiny.FIRST_PROMPT_ID, vocab - 1), max_size=3))
     if eos is not None and draw(st.booleans()):
         config["exponential_decay_length_penalty"] = (draw(st.integers(0, 3)), draw(st.sampled_from([1.5, 4.0])))
+    if beams and draw(st.integers(0, 2)) == 0:
+        width = draw(st.integers(2, 3))
+        config.update(num_beams=width, num_return_sequences=draw(st.integers(1, width)),
+                      length_penalty=draw(st.sampled_from([-1.0, 0.0, 1.0, 2.0])),
+                      early_stopping=draw(st.sampled_from([True, False, "never"])))
     if config["do_sample"]:
         config.update(temperature=draw(st.sampled_from([0.6, 1.0, 1.5])),
                       top_k=draw(st.sampled_from([None, 5, 40])),
@@ -89,19 +96,42 @@ def generation_cases(draw: st.DrawFn, vocab: int, loops: tuple[str, ...]) -> dic
             "config": GenerationConfig(**{k: v for k, v in config.items() if v is not None or k == "eos_token_id"})}
 
 
-#: Loop forms each model (by identity: the session builds a model once per worker) offers, or why none: the
-#: probe traces the ``while`` body, so the parts of one model's examples ask it once.
-_LOOPS_OFFERED: dict[int, tuple[PreTrainedModel, tuple[str, ...], str]] = {}
+#: Loop forms each model (by identity: the session builds a model once per worker) offers, or why none, and
+#: whether its beam search runs: the probe traces the ``while`` body, so the parts of one model's examples ask
+#: it once.
+_LOOPS_OFFERED: dict[int, tuple[PreTrainedModel, tuple[str, ...], str, bool]] = {}
 
 
-def supported_loops(model: PreTrainedModel) -> tuple[str, ...]:
-    """Loop forms fullgraph_generate offers this model; skips the test, with the reason, if none."""
+def supported_loops(model: PreTrainedModel) -> tuple[tuple[str, ...], bool]:
+    """Loop forms fullgraph_generate offers this model, and whether to draw beam search; skips the test, with
+    the reason, if no form runs."""
     if id(model) not in _LOOPS_OFFERED or _LOOPS_OFFERED[id(model)][0] is not model:
-        _LOOPS_OFFERED[id(model)] = (model, *_probe_loops(model))
-    _, loops, reasons = _LOOPS_OFFERED[id(model)]
+        loops, reasons = _probe_loops(model)
+        _LOOPS_OFFERED[id(model)] = (model, loops, reasons, bool(loops) and _beams_run(model))
+    _, loops, reasons, beams = _LOOPS_OFFERED[id(model)]
     if not loops:
         pytest.skip(f"fullgraph_generate does not support this model: {reasons}")
-    return loops
+    return loops, beams
+
+
+def _beams_run(model: PreTrainedModel) -> bool:
+    """Whether to draw beam search for this model: its own beam search runs (not for caches transformers cannot
+    reorder: rwkv, xlstm), the loop takes it, and the static cache the loop uses keeps ``generate``'s beams (some
+    models' static caches change them: the model's fault, which bench/modes.py and the beam scenarios' checks
+    report). A loop that crashes on the probe is a loop bug: that raises."""
+    probe = torch.tensor([[tiny.FIRST_PROMPT_ID] * 3] * 2)
+    config = GenerationConfig(max_new_tokens=3, num_beams=2, pad_token_id=tiny.PAD_TOKEN_ID)
+    with torch.no_grad(), model_generation_defaults(model, None):
+        try:
+            expected = generate_fn(model)(input_ids=probe, generation_config=config)
+            static = generate_fn(model)(input_ids=probe, generation_config=static_cache_config(config))
+        except Exception:  # transformers' own beam search fails for this model: nothing of ours to test
+            return False
+        try:
+            fullgraph_generate(model, probe, None, config)
+        except UnsupportedGeneration:
+            return False
+    return bool(torch.equal(static, expected))
 
 
 def _probe_loops(model: PreTrainedModel) -> tuple[tuple[str, ...], str]:
@@ -152,13 +182,13 @@ def model_does_not_compile(model: PreTrainedModel, loop: str) -> str | None:
 def test_fullgraph_generate_matches_generate_and_compiles_exactly(fullgraph_model: PreTrainedModel,
                                                                   fullgraph_settings: Settings, part: int) -> None:
     model = fullgraph_model
-    loops = supported_loops(model)
+    loops, beams = supported_loops(model)
     compile_failure: list[str] = []  # set once the model itself is found not to compile
 
     @settings(max_examples=examples(fullgraph_settings.run_slow), deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @seed(part)  # reproducible, and each part draws other examples
-    @given(case=generation_cases(vocab_size(model), loops))
+    @given(case=generation_cases(vocab_size(model), loops, beams))
     def check(case: dict[str, Any]) -> None:
         ids, mask, config, seed = case["input_ids"], case["attention_mask"], case["config"], case["seed"]
         with torch.no_grad(), model_generation_defaults(model, config.eos_token_id):

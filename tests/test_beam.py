@@ -211,3 +211,33 @@ def test_a_saved_beam_search_program_gives_generates_sequences_in_a_fresh_proces
     completed = subprocess.run([sys.executable, "-c", FRESH_PROCESS, str(artifact), str(tmp_path / "inputs.pt")],
                                capture_output=True, text=True, timeout=300, check=False)
     assert completed.stdout.split() == ["True", "True"], completed.stderr[-2000:]
+
+
+def test_beams_with_a_repetition_penalty_over_a_padded_batch_are_generates() -> None:
+    """generate builds its processors after expanding the inputs per beam: the repetition penalty's per-row
+    padding lengths must be per beam row too (found by the property suite: 'Incompatible prompt_ignore_length')."""
+    model = build_tiny("llama")
+    ids = torch.tensor([[0, 0, 5, 6], [7, 8, 9, 10]])
+    mask = (ids != 0).long()
+    config = GenerationConfig(max_new_tokens=4, pad_token_id=0, eos_token_id=None, num_beams=2,
+                              repetition_penalty=1.3)
+    expected = generate_fn(model)(input_ids=ids, attention_mask=mask, generation_config=config)
+    assert torch.equal(fullgraph_generate(model, ids, mask, config), expected)
+
+
+def test_the_while_forms_processors_never_read_generates_fill_as_a_token() -> None:
+    """Without an EOS id generate fills unwritten positions with -1; the ``while`` form's processors see the
+    whole buffer (masked past its length), and the n-gram ban indexed the vocabulary with that -1 (found by the
+    property suite's beam draws)."""
+    model = build_tiny("llama")
+    model.generation_config.eos_token_id = None  # else generate takes the model's EOS id, and fills with it
+    ids = torch.tensor([[34, 41, 77, 22, 25, 9, 98, 22], [0] * 7 + [88]])
+    mask = (ids != 0).long()
+    config = GenerationConfig(max_new_tokens=2, num_beams=2, no_repeat_ngram_size=3, pad_token_id=0,
+                              eos_token_id=None)
+    expected = generate_fn(model)(input_ids=ids, attention_mask=mask, generation_config=config)
+    torch._dynamo.reset()
+    compiled = fullgraph_generate(model, ids, mask, config, loop="while",
+                                  compiler=lambda function: torch.compile(function, fullgraph=True,
+                                                                          backend="aot_eager"))
+    assert torch.equal(compiled, expected)
