@@ -74,8 +74,10 @@ def generation_cases(draw: st.DrawFn, vocab: int, loops: tuple[str, ...], beams:
         config["sequence_bias"] = [[sequence, draw(st.sampled_from([-4.0, 2.5]))]
                                    for sequence in draw(st.lists(sequences, min_size=1, max_size=3, unique_by=tuple))]
     if draw(st.booleans()):
-        config["suppress_tokens"] = draw(st.lists(st.integers(tiny.FIRST_PROMPT_ID, vocab - 1), max_size=3))
-        config["begin_suppress_tokens"] = draw(st.lists(st.integers(tiny.FIRST_PROMPT_ID, vocab - 1), max_size=3))
+        # never the forced token: generate refuses a config that forces a token it suppresses
+        suppressible = st.integers(tiny.FIRST_PROMPT_ID, vocab - 1).filter(lambda drawn: drawn != token)
+        config["suppress_tokens"] = draw(st.lists(suppressible, max_size=3))
+        config["begin_suppress_tokens"] = draw(st.lists(suppressible, max_size=3))
     if eos is not None and draw(st.booleans()):
         config["exponential_decay_length_penalty"] = (draw(st.integers(0, 3)), draw(st.sampled_from([1.5, 4.0])))
     if beams and draw(st.integers(0, 2)) == 0:
