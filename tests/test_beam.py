@@ -89,7 +89,8 @@ def test_a_cache_that_does_not_follow_its_beams_changes_the_oracles_tokens(monke
     assert not torch.equal(fullgraph_generate(ORACLE, ids, mask, config).sequences, expected.sequences)
 
 
-@pytest.mark.parametrize("loop", [pytest.param("unrolled", marks=pytest.mark.breadth), "while"])
+@pytest.mark.breadth  # inductor compiles: the workflow's plugin job runs them on every pull request
+@pytest.mark.parametrize("loop", ["unrolled", "while"])
 def test_compiled_beams_of_the_oracle_are_generates_bit_for_bit(loop: str) -> None:
     """The oracle's forward is exact in float32, so any difference would be the beam bookkeeping's: none."""
     ids, mask, _ = _padded([[3, 1, 2], [5, 6]])
@@ -187,6 +188,7 @@ for limit, expected in saved["expected"].items():
 """
 
 
+@pytest.mark.breadth  # an export and a second interpreter
 def test_a_saved_beam_search_program_gives_generates_sequences_in_a_fresh_process(tmp_path: Path) -> None:
     """Beam search (4 beams, EOS, two sequences returned) as one ``while`` program, saved as .pt2 and loaded by
     another interpreter: ``generate``'s sequences for its bound and for a shorter length."""
