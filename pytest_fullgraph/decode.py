@@ -351,10 +351,7 @@ def fullgraph_generate(
     attention_mask, plan = checked_plan(model, input_ids, attention_mask, generation_config, loop,
                                         generate_arguments)
     cache = new_cache(model, plan, cache_length(input_ids, plan), loop)
-    if plan.beams is not None:
-        beam.check_reorderable(model, cache)
-    if plan.lookup is not None:
-        lookup.check_lookup(model, plan, input_ids, cache)
+    check_mode(model, plan, input_ids, cache)
     function = loop_function(plan, loop)
     run = compiler(function) if compiler is not None else function
     with torch.no_grad(), loop_tracing.traceable_loop(model, loop):
@@ -363,6 +360,15 @@ def fullgraph_generate(
         return beam.beam_result(beam.BeamOutput(*outputs), plan, int(input_ids.shape[1]))
     sequences, steps = outputs
     return trimmed(sequences, input_ids, steps)
+
+
+def check_mode(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tensor, cache: Any) -> None:
+    """Refuse, by name, what a plan's decoding mode cannot do with this model's cache, before any graph
+    (``fullgraph_generate`` and ``export_generate`` alike)."""
+    if plan.beams is not None:
+        beam.check_reorderable(model, cache)
+    if plan.lookup is not None:
+        lookup.check_lookup(model, plan, input_ids, cache)
 
 
 def loop_function(plan: DecodePlan, loop: str) -> Callable[..., Any]:
@@ -433,6 +439,7 @@ def export_generate(
     attention_mask, plan = checked_plan(model, input_ids, attention_mask, generation_config, loop,
                                         generate_arguments)
     cache_len = _export_cache_length(plan, input_ids, dynamic, max_prompt_length)
+    check_mode(model, plan, input_ids, new_cache(model, plan, cache_len, loop))
     example, dynamic_shapes = _export_example(plan, input_ids, attention_mask, dynamic, loop)
     with loop_tracing.traceable_loop(model, loop):
         program = torch.export.export(DecodeProgram(model, plan, cache_len, loop), example,

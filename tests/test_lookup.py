@@ -76,6 +76,9 @@ def test_what_prompt_lookup_cannot_do_is_refused_by_name(ids: list[list[int]], s
 
 
 def test_a_cache_that_cannot_roll_back_is_refused_by_name() -> None:
+    from pytest_fullgraph.decode import export_generate
+
     config = GenerationConfig(max_new_tokens=3, pad_token_id=0, prompt_lookup_num_tokens=2)
-    with pytest.raises(UnsupportedGeneration, match="cannot roll back cache layer"):
-        fullgraph_generate(build_tiny("mamba"), torch.tensor([[5, 6, 5]]), None, config)
+    for run in (fullgraph_generate, export_generate):  # both refuse before any graph
+        with pytest.raises(UnsupportedGeneration, match="cannot roll back cache layer"):
+            run(build_tiny("mamba"), torch.tensor([[5, 6, 5]]), None, config)
