@@ -6,10 +6,24 @@ import json
 import subprocess
 import sys
 
+import pytest
+
+from pytest_fullgraph.__main__ import main
+
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "pytest_fullgraph", "models", *args], capture_output=True,
                           text=True, timeout=300, check=False)
+
+
+def run_here(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """The same command in this process: transformers is imported once, not once per call."""
+    try:
+        status = main(["models", *args])
+    except SystemExit as exit_:  # argparse's errors
+        status = int(exit_.code or 0)
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
 
 
 def test_json_rows_say_class_size_flag_tags_and_status() -> None:
@@ -23,10 +37,10 @@ def test_json_rows_say_class_size_flag_tags_and_status() -> None:
     assert rows["musicgen"]["parameters"] is None  # a model with a known reason is never built
 
 
-def test_the_table_and_its_summary_line() -> None:
-    completed = run("tag:mla", "--exclude", "deepseek*", "--no-build")
-    assert completed.returncode == 0, completed.stderr
-    lines = completed.stdout.splitlines()
+def test_the_table_and_its_summary_line(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run_here(capsys, "tag:mla", "--exclude", "deepseek*", "--no-build")
+    assert status == 0, err
+    lines = out.splitlines()
     assert lines[0].split() == ["model", "class", "parameters", "flag", "tags", "status"]
     assert not any(line.startswith("deepseek") for line in lines)
     assert any(line.startswith("minicpm3 ") and "mla" in line for line in lines)
@@ -48,16 +62,16 @@ def test_a_model_that_prints_does_not_corrupt_the_json() -> None:
     assert "not a recognized input" in completed.stderr
 
 
-def test_shards_preview_the_models_each_ci_job_runs() -> None:
+def test_shards_preview_the_models_each_ci_job_runs(capsys: pytest.CaptureFixture[str]) -> None:
     """The shards of a selection, listed with ``--shard``, are disjoint and together the whole selection."""
     parts = []
     for label in ("1/3", "2/3", "3/3"):
-        completed = run("popular", "--no-build", "--json", "--shard", label)
-        assert completed.returncode == 0, completed.stderr
-        parts.append([row["name"] for row in json.loads(completed.stdout)])
-    whole = [row["name"] for row in json.loads(run("popular", "--no-build", "--json").stdout)]
+        status, out, err = run_here(capsys, "popular", "--no-build", "--json", "--shard", label)
+        assert status == 0, err
+        parts.append([row["name"] for row in json.loads(out)])
+    whole = [row["name"] for row in json.loads(run_here(capsys, "popular", "--no-build", "--json")[1])]
     assert sorted(name for part in parts for name in part) == whole
     assert [len(part) for part in parts] == [9, 8, 8]
-    completed = run("popular", "--no-build", "--shard", "0/3")
-    assert (completed.returncode, completed.stderr.strip()) == (
+    status, _, err = run_here(capsys, "popular", "--no-build", "--shard", "0/3")
+    assert (status, err.strip()) == (
         2, "pytest_fullgraph: error: --shard: '0/3' is not a shard; expected I/N with 1 <= I <= N, e.g. 1/4")

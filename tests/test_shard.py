@@ -112,12 +112,12 @@ def test_merged_shards_list_their_shards_and_the_gate_fails_on_a_missing_one() -
 def test_two_shards_merged_equal_one_unsharded_run(toy_project: pytest.Pytester, tmp_path: Path) -> None:
     common = ["--fullgraph-models=toy,toy_break,toy_drift", "--fullgraph-backend=eager", "-k",
               "greedy-forward", "-p", "no:cacheprovider"]
-    whole = toy_project.runpytest_subprocess(*common, f"--fullgraph-report={tmp_path / 'whole'}")
+    whole = toy_project.runpytest(*common, f"--fullgraph-report={tmp_path / 'whole'}")
     assert whole.ret == pytest.ExitCode.TESTS_FAILED, whole.stdout.str()  # toy_drift's mismatch
     shard_paths = []
     for label in ("1/2", "2/2"):
         out = tmp_path / label.replace("/", "of")
-        result = toy_project.runpytest_subprocess(*common, f"--fullgraph-shard={label}", f"--fullgraph-report={out}")
+        result = toy_project.runpytest(*common, f"--fullgraph-shard={label}", f"--fullgraph-report={out}")
         assert f"shard={label}" in result.stdout.str()
         shard_paths.append(out / report.JSON_NAME)
     shard_models = [read_report(path.parent)["environment"]["models"] for path in shard_paths]

@@ -17,23 +17,27 @@ def without_timings(report: dict[str, Any]) -> dict[str, Any]:
     return report
 
 
-def test_report_is_identical_without_xdist_and_with_one_or_two_workers(toy_project: pytest.Pytester,
-                                                                       tmp_path: Path) -> None:
-    reports = []
-    for workers in ([], ["-n", "1"], ["-n", "2"]):
-        out = tmp_path / (workers[-1] if workers else "serial")
-        result = toy_project.runpytest_subprocess("--fullgraph-models=toy,toy_break", "--fullgraph-backend=eager",
-                                                  "-k", "forward and (greedy or eos)", "-p", "no:cacheprovider",
-                                                  f"--fullgraph-report={out}", "--fullgraph-progress", *workers)
-        result.assert_outcomes(passed=2, xfailed=2)
-        # the controller counts every worker's checks, each line whole (not glued to xdist's dots)
-        result.stdout.fnmatch_lines(["fullgraph: 1/4 checks done, 0 failed, about *s left",
-                                     "fullgraph: 4/4 checks done, 0 failed"])
-        assert sorted(p.name for p in out.iterdir()) == ["fullgraph-report.html", "fullgraph-report.json",
-                                                         "fullgraph-report.md"]
-        reports.append(without_timings(read_report(out)))
-    assert len(reports[0]["checks"]) == 4
-    assert reports[0] == reports[1] == reports[2]
+def report_with(project: pytest.Pytester, tmp_path: Path, workers: list[str]) -> dict[str, Any]:
+    """The report of the same four checks run with these xdist options, its timings left out."""
+    out = tmp_path / (workers[-1] if workers else "serial")
+    result = project.runpytest_subprocess("--fullgraph-models=toy,toy_break", "--fullgraph-backend=eager",
+                                          "-k", "forward and (greedy or eos)", "-p", "no:cacheprovider",
+                                          f"--fullgraph-report={out}", "--fullgraph-progress", *workers)
+    result.assert_outcomes(passed=2, xfailed=2)
+    # the controller counts every worker's checks, each line whole (not glued to xdist's dots)
+    result.stdout.fnmatch_lines(["fullgraph: 1/4 checks done, 0 failed, about *s left",
+                                 "fullgraph: 4/4 checks done, 0 failed"])
+    assert sorted(p.name for p in out.iterdir()) == ["fullgraph-report.html", "fullgraph-report.json",
+                                                     "fullgraph-report.md"]
+    report = without_timings(read_report(out))
+    assert len(report["checks"]) == 4
+    return report
+
+
+@pytest.mark.parametrize("workers", [pytest.param("1", marks=pytest.mark.breadth), "2"])
+def test_report_is_identical_without_xdist_and_with_workers(toy_project: pytest.Pytester, tmp_path: Path,
+                                                            workers: str) -> None:
+    assert report_with(toy_project, tmp_path, []) == report_with(toy_project, tmp_path, ["-n", workers])
 
 
 def test_crashed_worker_is_named_in_the_report(pytester: pytest.Pytester, tmp_path: Path) -> None:
