@@ -27,7 +27,7 @@ from pytest_fullgraph.generation import UnsupportedGeneration, generate, seeded
 from pytest_fullgraph.inputs import generate_kwargs as scenario_generate_kwargs
 from pytest_fullgraph.inputs import generation_config, make_inputs, model_generation_defaults, scenario_values
 from pytest_fullgraph.levels import LoopNotCaptured
-from pytest_fullgraph.modeling import model_device, model_dtype, vocab_size
+from pytest_fullgraph.modeling import model_device, model_dtype
 from pytest_fullgraph.results import (
     BREAK,
     ERROR,
@@ -141,7 +141,7 @@ def _run_phases(run: _Run, max_new_tokens: int) -> None:
     eos, settings = scenario_values(run.model, run.inputs, run.scenario, max_new_tokens)
     run.result.eos_token_id = eos
     run.base = generation_config(run.scenario, max_new_tokens, eos, settings)
-    run.inputs.update(scenario_generate_kwargs(run.scenario, vocab_size(run.model)))
+    run.inputs.update(scenario_generate_kwargs(run.scenario, run.model))
     run.config = run.level.reference_config(run.base)
     with model_generation_defaults(run.model, eos):
         started = time.perf_counter()

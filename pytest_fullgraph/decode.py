@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 
-from pytest_fullgraph import beam, beam_search, lookup, loop_processors, loop_state, loop_tracing
+from pytest_fullgraph import assisted, beam, beam_search, lookup, loop_processors, loop_state, loop_tracing
 from pytest_fullgraph.generation import UnsupportedGeneration
 from pytest_fullgraph.loop_steps import (
     DecodePlan,
@@ -42,12 +42,12 @@ UNSUPPORTED_SETTINGS: dict[str, Any] = {
     "prompt_lookup_num_tokens": None, "assistant_early_exit": None, "dola_layers": None,
     "guidance_scale": None, "watermarking_config": None, "output_scores": False, "output_logits": False,
     "output_attentions": False, "output_hidden_states": False, "return_dict_in_generate": False,
-    "max_time": None,
+    "max_time": None, "use_mtp": False, "speculation_type": None, "assistant_ensemble_weight": None,
 }  # fmt: skip
 #: ``UNSUPPORTED_SETTINGS`` that beam search honours: its width, how many beams it returns, and its scores.
 BEAM_SETTINGS = ("num_beams", "num_return_sequences", "output_scores", "return_dict_in_generate")
 #: ``generate``'s modes the loop runs: greedy and sampling, beam search and beam sampling, and assisted generation
-#: when its candidates come from prompt lookup (``prompt_lookup_num_tokens``).
+#: when its candidates come from prompt lookup (``prompt_lookup_num_tokens``) or a draft model (``assistant_model``).
 SUPPORTED_MODES = ("greedy_search", "sample", "beam_search", "beam_sample", "assisted_generation")
 
 
@@ -61,6 +61,8 @@ class DecodeProgram(torch.nn.Module):
     def __init__(self, model: PreTrainedModel, plan: DecodePlan, cache_len: int, loop: str = "unrolled") -> None:
         super().__init__()
         self.model = model
+        # the draft model's weights are the program's too: a submodule, so export lifts them as parameters
+        self.assistant = plan.assist.assistant if plan.assist is not None else None
         self.plan = plan
         self.cache_len = cache_len
         self.loop = loop
@@ -86,12 +88,15 @@ WHY_UNSUPPORTED: dict[str, str] = {
     "prefix_allowed_tokens_fn": "a Python function called on the host for every row at every step; express the "
                                 "constraint as bad_words_ids, sequence_bias or suppress_tokens instead",
 }
-#: ``generate`` arguments the loop takes: the tokenizer that stop strings need (as ``generate`` needs it).
-TAKEN_GENERATE_ARGUMENTS = ("tokenizer",)
+#: ``generate`` arguments the loop takes: the tokenizer that stop strings need (as ``generate`` needs it), and the
+#: draft model of assisted decoding.
+TAKEN_GENERATE_ARGUMENTS = ("tokenizer", "assistant_model")
+#: Draft models ``generate`` does not draft with through ``AssistedCandidateGenerator`` (class-name prefixes).
+OTHER_CANDIDATE_GENERATORS = ("Gemma4Assistant", "Gemma4UnifiedAssistant")
 
 
-def check_supported(config: GenerationConfig) -> None:
-    mode = str(config.get_generation_mode().value)
+def check_supported(config: GenerationConfig, assistant: Any = None) -> None:
+    mode = str(config.get_generation_mode(assistant).value)
     beams = mode in ("beam_search", "beam_sample")
     for name, off in UNSUPPORTED_SETTINGS.items():
         value = getattr(config, name, off)
@@ -102,6 +107,10 @@ def check_supported(config: GenerationConfig) -> None:
             supported = "greedy and sampling" if name not in BEAM_SETTINGS else "beam search and beam sampling"
             raise UnsupportedGeneration(f"fullgraph_generate does not support {name}={value!r} "
                                         f"(supported: {supported}, else {name}={off!r}){why}")
+    if assistant is not None and type(assistant).__name__.startswith(OTHER_CANDIDATE_GENERATORS):
+        raise UnsupportedGeneration(f"fullgraph_generate does not support assistant_model={type(assistant).__name__}"
+                                    ": generate drafts with it from the target's shared key-value states "
+                                    "(SinglePositionMultiTokenCandidateGenerator); supported: a causal LM draft")
     if mode not in SUPPORTED_MODES:
         raise UnsupportedGeneration(f"fullgraph_generate does not support generation mode {mode!r}; "
                                     f"supported: {', '.join(repr(name) for name in SUPPORTED_MODES)}")
@@ -119,13 +128,14 @@ def check_generate_arguments(arguments: dict[str, Any]) -> None:
 
 
 def prepare(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-            generation_config: GenerationConfig | None, tokenizer: Any = None) -> tuple[torch.Tensor, DecodePlan]:
+            generation_config: GenerationConfig | None, tokenizer: Any = None,
+            assistant: Any = None) -> tuple[torch.Tensor, DecodePlan]:
     """Resolve the generation config, special tokens, attention mask and logits processors exactly as
     ``generate`` does; returns the attention mask (``generate``'s inferred one when none is given: the
     positions that are not ``pad_token_id``, when the prompt holds it and it is not an EOS id) and the plan."""
     generate_api = cast(Any, model)
     config, _ = generate_api._prepare_generation_config(copy.deepcopy(generation_config))
-    check_supported(config)
+    check_supported(config, assistant)
     generate_api._prepare_special_tokens(config, kwargs_has_attention_mask=attention_mask is not None,
                                          device=input_ids.device)
     if attention_mask is None:
@@ -165,12 +175,15 @@ def prepare(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: tor
     if int(config.num_beams) > 1:
         beams = beam_search.beam_settings(config, eos, config._pad_token_tensor)
     prompt_lookup = lookup.lookup_settings(config) if config.prompt_lookup_num_tokens is not None else None
+    assist = None  # as generate: a prompt lookup wins over a draft model, beams ignore it
+    if assistant is not None and prompt_lookup is None and beams is None:
+        assist = assisted.assist_settings(config, assistant, max_new_tokens)
     return attention_mask, DecodePlan(config, processors, max_new_tokens, bool(config.do_sample), eos,
                                       config._pad_token_tensor, "position_ids" in parameters,
                                       "logits_to_keep" in parameters,
                                       _mask_when_decoding(model, input_ids, attention_mask),
                                       callable(getattr(model, "create_masks_for_generate", None)), stop_strings,
-                                      beams, prompt_lookup)
+                                      beams, prompt_lookup, assist)
 
 
 def _mask_when_decoding(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> bool:
@@ -317,7 +330,8 @@ def checked_plan(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask
     tokenizer, so both refuse and plan alike."""
     check_loop(loop)
     check_generate_arguments(generate_arguments)
-    return prepare(model, input_ids, attention_mask, generation_config, generate_arguments.get("tokenizer"))
+    return prepare(model, input_ids, attention_mask, generation_config, generate_arguments.get("tokenizer"),
+                   generate_arguments.get("assistant_model"))
 
 
 def trimmed(sequences: torch.Tensor, input_ids: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
@@ -351,10 +365,10 @@ def fullgraph_generate(
     attention_mask, plan = checked_plan(model, input_ids, attention_mask, generation_config, loop,
                                         generate_arguments)
     cache = new_cache(model, plan, cache_length(input_ids, plan), loop)
-    check_mode(model, plan, input_ids, cache)
+    check_mode(model, plan, input_ids, cache, loop)
     function = loop_function(plan, loop)
     run = compiler(function) if compiler is not None else function
-    with torch.no_grad(), loop_tracing.traceable_loop(model, loop):
+    with torch.no_grad(), loop_tracing.traceable_loop(model, loop, plan_models(plan)):
         outputs = run(model, plan, input_ids, attention_mask, cache)
     if plan.beams is not None:
         return beam.beam_result(beam.BeamOutput(*outputs), plan, int(input_ids.shape[1]))
@@ -362,20 +376,29 @@ def fullgraph_generate(
     return trimmed(sequences, input_ids, steps)
 
 
-def check_mode(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tensor, cache: Any) -> None:
+def check_mode(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tensor, cache: Any, loop: str) -> None:
     """Refuse, by name, what a plan's decoding mode cannot do with this model's cache, before any graph
     (``fullgraph_generate`` and ``export_generate`` alike)."""
     if plan.beams is not None:
         beam.check_reorderable(model, cache)
     if plan.lookup is not None:
         lookup.check_lookup(model, plan, input_ids, cache)
+    if plan.assist is not None:
+        assisted.check_assisted(model, plan, input_ids, cache, loop)
+
+
+def plan_models(plan: DecodePlan) -> tuple[Any, ...]:
+    """The models a plan runs besides the target: the draft model of assisted decoding."""
+    return (plan.assist.assistant,) if plan.assist is not None else ()
 
 
 def loop_function(plan: DecodePlan, loop: str) -> Callable[..., Any]:
     """The loop that runs a plan in a loop form: beam search's for a plan with beams, prompt lookup's for one
-    with a lookup, else greedy/sampling's."""
+    with a lookup, assisted decoding's for one with a draft model, else greedy/sampling's."""
     if plan.beams is not None:
         return beam.BEAM_LOOPS[loop]
+    if plan.assist is not None:
+        return assisted.ASSISTED_LOOPS[loop]
     return lookup.LOOKUP_LOOPS[loop] if plan.lookup is not None else LOOPS[loop]
 
 
@@ -439,9 +462,9 @@ def export_generate(
     attention_mask, plan = checked_plan(model, input_ids, attention_mask, generation_config, loop,
                                         generate_arguments)
     cache_len = _export_cache_length(plan, input_ids, dynamic, max_prompt_length)
-    check_mode(model, plan, input_ids, new_cache(model, plan, cache_len, loop))
+    check_mode(model, plan, input_ids, new_cache(model, plan, cache_len, loop), loop)
     example, dynamic_shapes = _export_example(plan, input_ids, attention_mask, dynamic, loop)
-    with loop_tracing.traceable_loop(model, loop):
+    with loop_tracing.traceable_loop(model, loop, plan_models(plan)):
         program = torch.export.export(DecodeProgram(model, plan, cache_len, loop), example,
                                       dynamic_shapes=dynamic_shapes, strict=strict)
     module = program.module()

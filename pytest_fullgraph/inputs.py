@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_fullgraph.generation import generate
 from pytest_fullgraph.modeling import model_device, vocab_size
 from pytest_fullgraph.models.tiny import FIRST_PROMPT_ID, PAD_TOKEN_ID
-from pytest_fullgraph.scenarios import TOKENIZER, GreedyToken, NewTokens, PickedEos, Scenario, TotalLength
+from pytest_fullgraph.scenarios import DRAFT, TOKENIZER, GreedyToken, NewTokens, PickedEos, Scenario, TotalLength
 
 if TYPE_CHECKING:
     import torch
@@ -156,9 +156,19 @@ def scenario_values(model: PreTrainedModel, inputs: dict[str, Any], scenario: Sc
     return eos, resolve(scenario, free, prompt_width, max_new_tokens, eos, vocab_size(model))
 
 
-def generate_kwargs(scenario: Scenario, vocab: int) -> dict[str, Any]:
-    """The scenario's further ``generate`` arguments, ``TOKENIZER`` replaced by the tiny tokenizer."""
-    return {key: tiny_tokenizer(vocab) if item == TOKENIZER else item for key, item in scenario.generate_kwargs.items()}
+def generate_kwargs(scenario: Scenario, model: PreTrainedModel) -> dict[str, Any]:
+    """The scenario's further ``generate`` arguments, ``TOKENIZER`` replaced by the tiny tokenizer of the model's
+    vocabulary and ``DRAFT`` by a draft model for it (``models.draft``)."""
+    def value(item: Any) -> Any:
+        if item == TOKENIZER:
+            return tiny_tokenizer(vocab_size(model))
+        if item == DRAFT:
+            from pytest_fullgraph.models.draft import build_draft
+
+            return build_draft(model)
+        return item
+
+    return {key: value(item) for key, item in scenario.generate_kwargs.items()}
 
 
 def _leaves(value: Any) -> Iterator[Any]:

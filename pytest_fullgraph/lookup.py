@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import torch
 
 from pytest_fullgraph.generation import UnsupportedGeneration
-from pytest_fullgraph.loop_steps import DecodePlan, LookupSettings, forward_kwargs
+from pytest_fullgraph.loop_steps import DecodePlan, DraftSettings, LookupSettings, forward_kwargs
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -36,8 +36,8 @@ class Lookup(NamedTuple):
 
 
 def lookup_settings(config: Any) -> LookupSettings:
-    return LookupSettings(int(config.prompt_lookup_num_tokens), int(config.max_matching_ngram_size or 2),
-                          int(config.max_length))
+    return LookupSettings(int(config.prompt_lookup_num_tokens), int(config.max_length),
+                          int(config.max_matching_ngram_size or 2))
 
 
 def check_lookup(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tensor, cache: Any) -> None:
@@ -52,11 +52,15 @@ def check_lookup(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tens
         names = ", ".join(type(processor).__name__ for processor in plan.processors)
         raise UnsupportedGeneration(f"prompt lookup decoding with logits processors ({names}): generate filters "
                                     "the draft through them token by token; supported: none")
+    check_rollback(model, cache, "prompt lookup decoding")
+
+
+def check_rollback(model: PreTrainedModel, cache: Any, mode: str) -> None:
+    """Refuse a cache with a layer that a reset of its fill counter cannot roll back (see ``ROLLBACK_LAYERS``)."""
     for layer in cache.layers:
         if type(layer).__name__ not in ROLLBACK_LAYERS:
-            raise UnsupportedGeneration(f"prompt lookup decoding cannot roll back cache layer "
-                                        f"{type(layer).__name__} of {type(model).__name__} (supported: "
-                                        f"{', '.join(sorted(ROLLBACK_LAYERS))})")
+            raise UnsupportedGeneration(f"{mode} cannot roll back cache layer {type(layer).__name__} of "
+                                        f"{type(model).__name__} (supported: {', '.join(sorted(ROLLBACK_LAYERS))})")
 
 
 def draft(settings: LookupSettings, sequence: torch.Tensor, length: torch.Tensor, eos: torch.Tensor | None,
@@ -88,7 +92,7 @@ def draft(settings: LookupSettings, sequence: torch.Tensor, length: torch.Tensor
     return tokens, count
 
 
-def _forward(model: PreTrainedModel, plan: DecodePlan, chunk: torch.Tensor, positions: torch.Tensor,
+def verified_logits(model: PreTrainedModel, plan: DecodePlan, chunk: torch.Tensor, positions: torch.Tensor,
              mask: torch.Tensor, cache: Any, keep: int) -> torch.Tensor:
     """The logits of the chunk's last ``keep`` positions, in float32 (``generate`` asks for exactly these)."""
     kwargs = forward_kwargs(plan, positions)
@@ -98,7 +102,7 @@ def _forward(model: PreTrainedModel, plan: DecodePlan, chunk: torch.Tensor, posi
     return logits[:, -keep:].to(dtype=torch.float32)
 
 
-def _accept(settings: LookupSettings, plan: DecodePlan, state: Lookup, tokens: torch.Tensor, count: torch.Tensor,
+def accept(settings: DraftSettings, plan: DecodePlan, state: Lookup, tokens: torch.Tensor, count: torch.Tensor,
             logits: torch.Tensor, cache: Any, max_length: Any) -> Lookup:
     """Keep the draft up to the model's first disagreement plus the model's next token (greedy), cut at the length
     limit and after an EOS, as ``_assisted_decoding`` does; roll the cache back to the tokens kept."""
@@ -124,11 +128,9 @@ def _accept(settings: LookupSettings, plan: DecodePlan, state: Lookup, tokens: t
     return Lookup(sequence, length, running)
 
 
-def _start(plan: DecodePlan, input_ids: torch.Tensor,
-           attention_mask: torch.Tensor) -> tuple[LookupSettings, Lookup, torch.Tensor, torch.Tensor]:
-    """The settings, the state before the first step, the full attention mask and the prompt's padding count."""
-    assert plan.lookup is not None
-    settings = plan.lookup
+def start(settings: DraftSettings, input_ids: torch.Tensor,
+          attention_mask: torch.Tensor) -> tuple[Lookup, torch.Tensor, torch.Tensor]:
+    """The state before the first step, the full attention mask and the prompt's padding count."""
     width = settings.max_length + settings.draft  # as wide as the cache (``cache_length``)
     prompt_length = int(input_ids.shape[1])
     sequence = torch.cat([input_ids, input_ids.new_zeros((1, width - prompt_length))], dim=1)
@@ -136,7 +138,7 @@ def _start(plan: DecodePlan, input_ids: torch.Tensor,
     pads = (attention_mask.shape[1] - attention_mask.sum()).reshape(1, 1)
     state = Lookup(sequence, torch.full((), prompt_length, dtype=torch.long, device=input_ids.device),
                    torch.ones((), dtype=torch.bool, device=input_ids.device))
-    return settings, state, mask, pads
+    return state, mask, pads
 
 
 def _step(model: PreTrainedModel, plan: DecodePlan, settings: LookupSettings, state: Lookup, cache: Any,
@@ -152,15 +154,17 @@ def _step(model: PreTrainedModel, plan: DecodePlan, settings: LookupSettings, st
         chunk = torch.cat([state.sequence.index_select(1, (state.length - 1).reshape(1)), tokens[None]], dim=1)
         start = state.length - 1
     positions = ((start + torch.arange(chunk.shape[1], device=chunk.device))[None] - pads).clamp(min=0)
-    logits = _forward(model, plan, chunk, positions, mask, cache, settings.draft + 1)
-    return _accept(settings, plan, state, tokens, count, logits, cache, max_length)
+    logits = verified_logits(model, plan, chunk, positions, mask, cache, settings.draft + 1)
+    return accept(settings, plan, state, tokens, count, logits, cache, max_length)
 
 
 def lookup_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 cache: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """Prompt lookup unrolled: ``max_new_tokens`` steps (each keeps a token at least), those after the last token
     changing nothing; returns the sequence buffer and the tokens generated (``decode.trimmed`` cuts it)."""
-    settings, state, mask, pads = _start(plan, input_ids, attention_mask)
+    assert plan.lookup is not None
+    settings = plan.lookup
+    state, mask, pads = start(settings, input_ids, attention_mask)
     state = _step(model, plan, settings, state, cache, mask, pads, settings.max_length, prompt=input_ids)
     for _ in range(plan.max_new_tokens - 1):
         state = _step(model, plan, settings, state, cache, mask, pads, settings.max_length)
@@ -176,7 +180,9 @@ def lookup_while_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch
 
     from pytest_fullgraph import loop_state
 
-    settings, state, mask, pads = _start(plan, input_ids, attention_mask)
+    assert plan.lookup is not None
+    settings = plan.lookup
+    state, mask, pads = start(settings, input_ids, attention_mask)
     # a shorter generation ends at the prompt plus the limit, as generate's max_length would
     max_length = settings.max_length if limit is None else input_ids.shape[1] + limit
     state = _step(model, plan, settings, state, cache, mask, pads, max_length, prompt=input_ids)

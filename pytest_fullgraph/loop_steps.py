@@ -36,14 +36,38 @@ class BeamSettings:
 
 
 @dataclass(frozen=True)
-class LookupSettings:
-    """What ``generate`` builds its ``PromptLookupCandidateGenerator`` with."""
+class DraftSettings:
+    """What every draft-and-verify mode shares: the draft buffer's size and the generation's length limit."""
 
-    #: tokens drafted at most per step (``prompt_lookup_num_tokens``)
+    #: tokens drafted at most per step: the fixed size of the draft buffer the model verifies
     draft: int
-    #: the longest n-gram looked up (``max_matching_ngram_size``, 2 when unset)
-    ngram: int
     max_length: int
+
+
+@dataclass(frozen=True)
+class LookupSettings(DraftSettings):
+    """What ``generate`` builds its ``PromptLookupCandidateGenerator`` with (``draft``:
+    ``prompt_lookup_num_tokens``)."""
+
+    #: the longest n-gram looked up (``max_matching_ngram_size``, 2 when unset)
+    ngram: int = 2
+
+
+@dataclass(frozen=True)
+class AssistSettings(DraftSettings):
+    """What ``generate``'s ``AssistedCandidateGenerator`` reads from the assistant model's generation config."""
+
+    #: the draft model (``assistant_model``)
+    assistant: Any = None
+    #: ``num_assistant_tokens`` at the start
+    first_budget: int = 20
+    #: whether the budget follows the ``heuristic_transient`` schedule (+2 after a fully kept draft, else -1)
+    heuristic: bool = False
+    #: ``assistant_confidence_threshold``: the draft stops after a token its model gives less probability (0: off)
+    threshold: float = 0.0
+    #: whether the draft model's forward takes ``position_ids`` and ``logits_to_keep``
+    accepts_position_ids: bool = True
+    logits_to_keep: bool = True
 
 
 @dataclass
@@ -70,14 +94,22 @@ class DecodePlan:
     beams: BeamSettings | None = None
     #: prompt-lookup decoding's settings, None without it
     lookup: LookupSettings | None = None
+    #: assisted decoding's settings (the draft model among them), None without it
+    assist: AssistSettings | None = None
+
+    @property
+    def drafting(self) -> DraftSettings | None:
+        """The draft-and-verify mode's settings, prompt lookup's or assisted decoding's, else None."""
+        return self.lookup if self.lookup is not None else self.assist
 
 
 def cache_length(input_ids: torch.Tensor, plan: DecodePlan) -> int:
     """Positions the cache needs, sized as ``generate`` sizes its static cache: the last new token is never fed
     back, so prompt + max_new_tokens - 1. The size matters for models whose masks depend on it (gpt_neo).
-    Prompt lookup reads a whole draft past the last token each step: prompt + max_new_tokens + the draft."""
-    if plan.lookup is not None:
-        return int(input_ids.shape[1]) + plan.max_new_tokens + plan.lookup.draft
+    Prompt lookup and assisted decoding read a whole draft past the last token each step: prompt +
+    max_new_tokens + the draft (the assistant's own cache is as long)."""
+    if plan.drafting is not None:
+        return int(input_ids.shape[1]) + plan.max_new_tokens + plan.drafting.draft
     return int(input_ids.shape[1]) + plan.max_new_tokens - 1
 
 

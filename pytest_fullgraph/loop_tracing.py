@@ -118,10 +118,14 @@ def python_min_max() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def traceable_loop(model: Any, loop: str) -> Iterator[None]:
-    """What the ``while`` form lifts while it is traced: the kernel routing wrapper and the output collector's
-    writes (see both); nothing for the unrolled form."""
-    with kernel_routing_lifted(model, loop), output_collector_idle(loop):
+def traceable_loop(model: Any, loop: str, others: tuple[Any, ...] = ()) -> Iterator[None]:
+    """What the ``while`` form lifts while it is traced: the kernel routing wrapper of the model and of the
+    ``others`` it runs (a draft model), and the output collector's writes (see both); nothing for the unrolled
+    form."""
+    with contextlib.ExitStack() as stack:
+        for each in (model, *others):
+            stack.enter_context(kernel_routing_lifted(each, loop))
+        stack.enter_context(output_collector_idle(loop))
         yield
 
 

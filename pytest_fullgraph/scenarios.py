@@ -104,9 +104,11 @@ def _warper_alone(name: str, setting: str, value: float, warper: str) -> Scenari
 
 #: ``generate_kwargs`` value: a tokenizer for the model's tiny vocabulary (``tiny_tokenizer``).
 TOKENIZER = "tokenizer"
+#: ``generate_kwargs`` value: a draft model for the model (``models.draft.build_draft``), for ``assistant_model``.
+DRAFT = "draft"
 STOPPING_FEATURES = ("eos", "eos_list", "max_length", "stop_strings", "max_time")
 #: Features that are a decoding mode of their own (``GenerationConfig.get_generation_mode``), not greedy/sampling.
-MODE_FEATURES = ("beam_search", "beam_sample", "beam_eos", "prompt_lookup")
+MODE_FEATURES = ("beam_search", "beam_sample", "beam_eos", "prompt_lookup", "assisted", "assisted_sample")
 _G = GreedyToken
 
 SCENARIOS: dict[str, Scenario] = {
@@ -203,6 +205,14 @@ SCENARIOS: dict[str, Scenario] = {
                  "generation drafting from the sequence's own n-grams: PromptLookupCandidateGenerator)",
                  prompt_lengths=(8,), feature="prompt_lookup", settings={"prompt_lookup_num_tokens": 3},
                  inert="greedy acceptance keeps exactly greedy's tokens: drafting changes how many forwards run"),
+        Scenario("assisted", "assisted decoding with a draft model (a one-layer llama of the model's vocabulary "
+                 "drafting 3 tokens a step: AssistedCandidateGenerator), greedy, one prompt", prompt_lengths=(8,),
+                 feature="assisted", generate_kwargs={"assistant_model": DRAFT},
+                 inert="greedy acceptance keeps exactly greedy's tokens: drafting changes how many forwards run"),
+        Scenario("assisted_sample", "speculative sampling with the assisted scenario's draft model and neutral "
+                 "sampling (each draft token kept with probability p/q, then a draw from the residual)",
+                 prompt_lengths=(8,), feature="assisted_sample", context=NEUTRAL_SAMPLING,
+                 generate_kwargs={"assistant_model": DRAFT}),
     )
 }
 #: The selection keyword for today's four scenarios, the default.

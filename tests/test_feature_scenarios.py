@@ -21,7 +21,6 @@ from pytest_fullgraph.inputs import (
     model_generation_defaults,
     scenario_values,
 )
-from pytest_fullgraph.modeling import vocab_size
 from pytest_fullgraph.scenarios import BASIC, SCENARIOS, Scenario, select_scenarios
 from tests.conftest import checks_by_id, read_report
 
@@ -44,7 +43,7 @@ def _run(model: Any, scenario: Scenario) -> tuple[torch.Tensor, torch.Tensor, An
     config = generation_config(scenario, TOKENS, eos, settings)
     plain_config = generation_config(plain, TOKENS, plain_eos, plain_settings)
     with model_generation_defaults(model, eos):
-        tokens = generate(model, {**inputs, **generate_kwargs(scenario, vocab_size(model))}, config, scenario.seed)
+        tokens = generate(model, {**inputs, **generate_kwargs(scenario, model)}, config, scenario.seed)
     with model_generation_defaults(model, plain_eos):
         plain_tokens = generate(model, inputs, plain_config, scenario.seed)
     return tokens, plain_tokens, config
@@ -57,7 +56,8 @@ def test_each_feature_changes_the_tokens_or_says_why_it_cannot(llama: Any, name:
     same = tokens.shape == plain_tokens.shape and torch.equal(tokens, plain_tokens)
     if scenario.inert and scenario.kind == "mode":  # a mode of its own that keeps the tokens: generate runs it
         assert same, f"{name} is marked inert ({scenario.inert}) but changed the tokens"
-        assert str(config.get_generation_mode().value) == "assisted_generation"
+        assistant = generate_kwargs(scenario, llama).get("assistant_model")
+        assert str(config.get_generation_mode(assistant).value) == "assisted_generation"
     elif scenario.inert:
         assert same, f"{name} is marked inert ({scenario.inert}) but changed the tokens"
         config = copy.deepcopy(config)

@@ -9,7 +9,6 @@ import platform
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from pytest_fullgraph.inputs import generate_kwargs as scenario_generate_kwargs
 from pytest_fullgraph.inputs import generation_config, left_padded_prompts, make_inputs, scenario_values
 from pytest_fullgraph.modeling import forward_parameters, vocab_size
 from pytest_fullgraph.models import DEFAULT_SEED, Registry
@@ -82,7 +81,7 @@ def build_case(result: CheckResult, registry: Registry) -> Case | str:
     parameters = forward_parameters(model)
     return Case(type(model), type(model.config), plain_config(model.config), vocab_size(model), scenario.prompt_lengths,
                 scenario.seed, generation, eos, result.max_new_tokens, result.dtype, "position_ids" in parameters,
-                "cache" in parameters, tuple(scenario_generate_kwargs(scenario, vocab_size(model))))
+                "cache" in parameters, tuple(scenario.generate_kwargs))
 
 
 def parameter_count(case: Case) -> int | None:

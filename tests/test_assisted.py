@@ -1,0 +1,165 @@
+"""Assisted decoding with a draft model in the loop: ``generate``'s drafts and kept tokens step by step, its
+tokens eager, compiled and exported, both forms; refusals name what they refuse.
+
+Greedy assisted decoding keeps exactly greedy's tokens whatever the draft, so equal tokens alone would not catch
+a wrong draft: the step-by-step test records what ``generate``'s candidate generator drafted from which prefix
+and checks the loop drafted the same from the same prefixes."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, cast
+
+import pytest
+import torch
+from transformers import GenerationConfig, PreTrainedModel
+from transformers.generation.candidate_generator import AssistedCandidateGenerator
+
+from pytest_fullgraph import assisted, build_tiny
+from pytest_fullgraph.decode import UnsupportedGeneration, export_generate, fullgraph_generate
+from pytest_fullgraph.generation import generate_fn
+from pytest_fullgraph.models.draft import build_draft
+
+TARGET = build_tiny("llama")
+PROMPT = torch.tensor([[5, 9, 14, 3, 27, 8, 11, 6]])
+
+
+def near_copy(model: PreTrainedModel, scale: float, seed: int) -> PreTrainedModel:
+    """The model with its weights nudged: a draft that agrees with it often but not always."""
+    draft = copy.deepcopy(model)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in draft.parameters():
+            parameter.add_(scale * torch.randn(parameter.shape, generator=generator))
+    return draft
+
+
+def drafting(model: PreTrainedModel, budget: int, schedule: str = "constant",
+             threshold: float = 0.0) -> PreTrainedModel:
+    model.generation_config.num_assistant_tokens = budget
+    model.generation_config.num_assistant_tokens_schedule = schedule
+    model.generation_config.assistant_confidence_threshold = threshold
+    return model
+
+
+DRAFTS = {
+    "small": lambda: drafting(build_draft(TARGET), 3),
+    "self": lambda: drafting(copy.deepcopy(TARGET), 4),
+    "near": lambda: drafting(near_copy(TARGET, 0.05, 1), 3),
+    "near-heuristic": lambda: drafting(near_copy(TARGET, 0.05, 2), 2, "heuristic_transient"),
+    "near-confident": lambda: drafting(near_copy(TARGET, 0.05, 3), 4, threshold=0.08),
+}
+
+
+def generates_steps(draft: PreTrainedModel, config: GenerationConfig,
+                    monkeypatch: pytest.MonkeyPatch) -> tuple[torch.Tensor, list[tuple[list[int], list[int]]]]:
+    """``generate``'s tokens and, per step, the prefix it drafted from and the draft."""
+    steps: list[tuple[list[int], list[int]]] = []
+    original = AssistedCandidateGenerator.get_candidates
+
+    def recorded(self: Any, input_ids: torch.Tensor, **kwargs: Any) -> Any:
+        candidates, logits = original(self, cast(torch.LongTensor, input_ids), **kwargs)
+        steps.append((input_ids[0].tolist(), candidates[0, input_ids.shape[1]:].tolist()))
+        return candidates, logits
+
+    with monkeypatch.context() as patch:
+        patch.setattr(AssistedCandidateGenerator, "get_candidates", recorded)
+        tokens = generate_fn(TARGET)(input_ids=PROMPT, generation_config=config, assistant_model=draft)
+    return tokens, steps
+
+
+def loops_steps(draft: PreTrainedModel, config: GenerationConfig,
+                monkeypatch: pytest.MonkeyPatch) -> tuple[torch.Tensor, list[tuple[list[int], list[int]]]]:
+    """The eager unrolled loop's tokens and, per step that still generates, its prefix and draft."""
+    steps: list[tuple[list[int], list[int]]] = []
+    original = assisted.draft
+
+    def recorded(settings: Any, state: assisted.Assisted, *args: Any, **kwargs: Any) -> Any:
+        tokens, count = original(settings, state, *args, **kwargs)
+        if bool(state.running):
+            steps.append((state.sequence[0, :int(state.length)].tolist(), tokens[:int(count)].tolist()))
+        return tokens, count
+
+    with monkeypatch.context() as patch:
+        patch.setattr(assisted, "draft", recorded)
+        tokens = fullgraph_generate(TARGET, PROMPT, None, config, assistant_model=draft)
+    return tokens, steps
+
+
+@pytest.mark.parametrize(("name", "eos"), [("small", None), ("self", "emitted"), ("near", None), ("near", "emitted"),
+                                         ("near-heuristic", None), ("near-confident", "emitted")])
+def test_each_step_drafts_and_keeps_what_generate_does(name: str, eos: str | None,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    plain = generate_fn(TARGET)(input_ids=PROMPT, generation_config=GenerationConfig(max_new_tokens=8,
+                                                                                     pad_token_id=0))
+    eos_id = int(plain[0, PROMPT.shape[1] + 5]) if eos else None  # a token greedy emits mid-generation
+    config = GenerationConfig(max_new_tokens=8, pad_token_id=0, eos_token_id=eos_id)
+    expected, generate_steps = generates_steps(DRAFTS[name](), config, monkeypatch)
+    tokens, steps = loops_steps(DRAFTS[name](), config, monkeypatch)
+    assert torch.equal(tokens, expected)
+    assert steps == generate_steps
+    if not name.startswith("near-"):
+        return  # the while form's tokens, where its state carries a budget or a threshold cuts the draft
+    # the while form's body is traced even eagerly (no Python per step to record): its tokens
+    while_tokens = fullgraph_generate(TARGET, PROMPT, None, config, loop="while", assistant_model=DRAFTS[name]())
+    assert torch.equal(while_tokens, expected)
+
+
+def test_the_drafts_are_partly_kept() -> None:
+    """The near-copy drafts exercise both outcomes of a step: drafts kept whole, and cut short."""
+    config = GenerationConfig(max_new_tokens=12, pad_token_id=0, eos_token_id=None)
+    draft = DRAFTS["near"]()  # before the hook: a deep copy would take it along
+    forwards: list[int] = []
+    handle = TARGET.register_forward_hook(lambda *_: forwards.append(1))
+    try:
+        generate_fn(TARGET)(input_ids=PROMPT, generation_config=config, assistant_model=draft)
+    finally:
+        handle.remove()
+    assert 12 / 3 < len(forwards) < 12
+
+
+@pytest.mark.breadth  # compiles and exports both models: the workflow's plugin job runs it on every pull request
+@pytest.mark.parametrize("loop", ["unrolled", "while"])
+def test_compiled_and_exported_loops_give_generates_tokens(loop: str) -> None:
+    config = GenerationConfig(max_new_tokens=8, pad_token_id=0, eos_token_id=None)
+    draft = DRAFTS["near"]()
+    expected = generate_fn(TARGET)(input_ids=PROMPT, generation_config=config, assistant_model=draft)
+    torch._dynamo.reset()
+    compiled = fullgraph_generate(TARGET, PROMPT, None, config, loop=loop, assistant_model=draft,
+                                  compiler=lambda f: torch.compile(f, fullgraph=True, backend="aot_eager"))
+    assert torch.equal(compiled, expected)
+    exported = export_generate(TARGET, PROMPT, torch.ones_like(PROMPT), config, loop=loop, assistant_model=draft)
+    assert torch.equal(exported(PROMPT, torch.ones_like(PROMPT)), expected)
+    parameters = {name for name, _ in exported.exported_program.named_parameters()}
+    assert any(name.startswith("assistant.") for name in parameters)  # the draft's weights are the program's
+
+
+@pytest.mark.parametrize(("ids", "settings", "draft_settings", "named"), [
+    ([[5, 6], [7, 8]], {}, {}, "takes one prompt"),
+    ([[5, 6]], {"do_sample": True}, {}, "speculative sampling draws torch.rand_like"),
+    ([[5, 6]], {"repetition_penalty": 1.5}, {}, "RepetitionPenaltyLogitsProcessor"),
+    ([[5, 6]], {}, {"num_assistant_tokens_schedule": "heuristic"}, "writes the budget back"),
+])
+def test_what_assisted_decoding_cannot_do_is_refused_by_name(ids: list[list[int]], settings: dict[str, Any],
+                                                             draft_settings: dict[str, Any], named: str) -> None:
+    draft = build_draft(TARGET)
+    for key, value in draft_settings.items():
+        setattr(draft.generation_config, key, value)
+    config = GenerationConfig(max_new_tokens=3, pad_token_id=0, **settings)
+    for run in (fullgraph_generate, export_generate):  # both refuse before any graph
+        with pytest.raises(UnsupportedGeneration, match=named):
+            run(TARGET, torch.tensor(ids), torch.ones(len(ids), 2, dtype=torch.long), config, assistant_model=draft)
+
+
+def test_a_draft_model_whose_cache_cannot_roll_back_is_refused_by_name() -> None:
+    config = GenerationConfig(max_new_tokens=3, pad_token_id=0)
+    draft = build_tiny("mamba")
+    with pytest.raises(UnsupportedGeneration, match="draft model cannot roll back cache layer"):
+        fullgraph_generate(TARGET, PROMPT, None, config, assistant_model=draft)
+
+
+def test_beams_ignore_the_draft_model_as_generate_does() -> None:
+    config = GenerationConfig(max_new_tokens=4, pad_token_id=0, num_beams=2)
+    draft = build_draft(TARGET)
+    expected = generate_fn(TARGET)(input_ids=PROMPT, generation_config=config, assistant_model=draft)
+    assert torch.equal(fullgraph_generate(TARGET, PROMPT, None, config, assistant_model=draft), expected)
