@@ -46,7 +46,13 @@ def one(model: str, scenario_name: str, built: Any = None) -> dict[str, Any]:
 
     from pytest_fullgraph.decode import fullgraph_generate
     from pytest_fullgraph.generation import UnsupportedGeneration, generate
-    from pytest_fullgraph.inputs import generation_config, make_inputs, model_generation_defaults, scenario_values
+    from pytest_fullgraph.inputs import (
+        generate_kwargs,
+        generation_config,
+        make_inputs,
+        model_generation_defaults,
+        scenario_values,
+    )
     from pytest_fullgraph.models import builtin_registry
     from pytest_fullgraph.scenarios import SCENARIOS
 
@@ -60,28 +66,29 @@ def one(model: str, scenario_name: str, built: Any = None) -> dict[str, Any]:
         inputs = make_inputs(built, scenario)
         eos, settings = scenario_values(built, inputs, scenario, MAX_NEW_TOKENS)
         config = generation_config(scenario, MAX_NEW_TOKENS, eos, settings)
+        further = generate_kwargs(scenario, built)  # the draft model of the assisted scenarios
     except Exception as error:  # a row says what went wrong; the survey goes on
         return {**row, "outcome": "build error", "error": _said(error), "where": _where(error)}
     with model_generation_defaults(built, eos):
         try:
-            expected = generate(built, inputs, config, scenario.seed)
+            expected = generate(built, {**inputs, **further}, config, scenario.seed)
         except Exception as error:
             return {**row, "outcome": "generate error", "error": _said(error), "where": _where(error)}
         try:
             torch.manual_seed(scenario.seed)
-            got = fullgraph_generate(built, inputs["input_ids"], inputs["attention_mask"], config)
+            got = fullgraph_generate(built, inputs["input_ids"], inputs["attention_mask"], config, **further)
         except UnsupportedGeneration as error:
             return {**row, "outcome": "refused", "error": str(error)}
         except Exception as error:
             return {**row, "outcome": "loop error", "error": _said(error), "where": _where(error),
-                    "static_cache": _static_cache(built, inputs, config, scenario.seed, expected)}
+                    "static_cache": _static_cache(built, {**inputs, **further}, config, scenario.seed, expected)}
     if torch.equal(got, expected):
         return {**row, "outcome": "exact"}
     differ = [index for index in range(min(got.shape[1], expected.shape[1]))
               if not torch.equal(got[:, index], expected[:, index])]
     return {**row, "outcome": "mismatch", "error": f"shapes {list(got.shape)} vs {list(expected.shape)}, first "
                                                     f"differing position {differ[0] if differ else None}",
-            "static_cache": _static_cache(built, inputs, config, scenario.seed, expected)}
+            "static_cache": _static_cache(built, {**inputs, **further}, config, scenario.seed, expected)}
 
 
 def _static_cache(model: Any, inputs: dict[str, Any], config: Any, seed: int, expected: Any) -> str:

@@ -1,7 +1,8 @@
 """Property tests of fullgraph_generate: random batches, paddings, seeds, lengths, EOS, sampling settings, the
 logits processors the loop supports (n-gram ban, bad words, sequence bias, suppression, forced tokens, length
-rules and penalties) and beam search (widths, length penalties, early-stopping modes, sequences returned), where
-the model's own beam search runs.
+rules and penalties), beam search (widths, length penalties, early-stopping modes, sequences returned), where
+the model's own beam search runs, and the draft-and-verify modes (prompt lookup; assisted decoding with a draft
+model, its budget, schedule and confidence threshold), where the model's cache rolls back.
 
 Our loop (either form, unrolled or while_loop) run eagerly must equal ``model.generate``, and compiled with
 ``fullgraph=True`` must equal eager.
@@ -20,6 +21,7 @@ import torch
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 from transformers import GenerationConfig, PreTrainedModel
+from transformers.utils import is_sklearn_available
 
 from pytest_fullgraph.breaks import compile_failure_types
 from pytest_fullgraph.compare import static_cache_verdict
@@ -28,6 +30,7 @@ from pytest_fullgraph.generation import generate_fn, static_cache_config
 from pytest_fullgraph.inputs import left_padded_prompts, model_generation_defaults
 from pytest_fullgraph.modeling import moved_to, vocab_size
 from pytest_fullgraph.models import tiny
+from pytest_fullgraph.models.draft import build_draft
 from pytest_fullgraph.options import Settings
 from pytest_fullgraph.results import first_line
 
@@ -44,8 +47,48 @@ def examples(run_slow: bool) -> int:
 
 
 @st.composite
-def generation_cases(draw: st.DrawFn, vocab: int, loops: tuple[str, ...], beams: bool = False) -> dict[str, Any]:
-    """A drawn generation; with ``beams`` (the model's beam search runs), a third of them beam search."""
+def drafting_cases(draw: st.DrawFn, vocab: int, loops: tuple[str, ...]) -> dict[str, Any]:
+    """A drawn draft-and-verify generation: greedy, one prompt (left-padded or not) of few distinct tokens, so
+    prompt lookup finds n-grams, and prompt lookup or assisted decoding with the suite's draft model."""
+    alphabet = draw(st.sampled_from([2, vocab - 1 - tiny.FIRST_PROMPT_ID]))
+    tokens = draw(st.lists(st.integers(tiny.FIRST_PROMPT_ID, tiny.FIRST_PROMPT_ID + alphabet), min_size=1,
+                           max_size=12))
+    pads = draw(st.integers(0, 2))
+    eos = draw(st.one_of(st.none(), st.integers(tiny.FIRST_PROMPT_ID, vocab - 1)))
+    config: dict[str, Any] = {"max_new_tokens": draw(st.integers(1, 6)), "eos_token_id": eos,
+                              "pad_token_id": tiny.PAD_TOKEN_ID, "do_sample": False}
+    assistant = None
+    if draw(st.booleans()):
+        config.update(prompt_lookup_num_tokens=draw(st.integers(1, 4)),
+                      max_matching_ngram_size=draw(st.sampled_from([None, 1, 2, 3])))
+    else:
+        confident = [0.0] if is_sklearn_available() else [0.0, 0.05]  # scikit-learn makes the threshold move
+        assistant = {"num_assistant_tokens": draw(st.integers(1, 4)),
+                     "num_assistant_tokens_schedule": draw(st.sampled_from(["constant", "heuristic_transient"])),
+                     "assistant_confidence_threshold": draw(st.sampled_from(confident))}
+    return {"input_ids": torch.tensor([[tiny.PAD_TOKEN_ID] * pads + tokens]),
+            "attention_mask": torch.tensor([[0] * pads + [1] * len(tokens)]), "seed": draw(st.integers(0, 2**16)),
+            "loop": draw(st.sampled_from(loops)), "assistant": assistant,
+            "config": GenerationConfig(**{k: v for k, v in config.items() if v is not None or k == "eos_token_id"})}
+
+
+def draft_model(model: PreTrainedModel, settings: dict[str, Any] | None) -> dict[str, Any]:
+    """``generate``'s ``assistant_model`` argument for a drawn assisted case (none for the others)."""
+    if settings is None:
+        return {}
+    draft = build_draft(model)
+    for name, value in settings.items():
+        setattr(draft.generation_config, name, value)
+    return {"assistant_model": draft}
+
+
+@st.composite
+def generation_cases(draw: st.DrawFn, vocab: int, loops: tuple[str, ...], beams: bool = False,
+                     drafts: bool = False) -> dict[str, Any]:
+    """A drawn generation; with ``beams`` (the model's beam search runs), a third of them beam search; with
+    ``drafts`` (its cache rolls back), a quarter of them prompt lookup or assisted decoding."""
+    if drafts and draw(st.integers(0, 3)) == 0:
+        return draw(drafting_cases(vocab, loops))
     batch = draw(st.integers(1, 3))
     lengths = draw(st.lists(st.integers(1, 12), min_size=batch, max_size=batch))
     seed = draw(st.integers(0, 2**16))
@@ -94,26 +137,27 @@ def generation_cases(draw: st.DrawFn, vocab: int, loops: tuple[str, ...], beams:
                       typical_p=draw(st.sampled_from([None, 0.7])),
                       epsilon_cutoff=draw(st.sampled_from([None, 0.01])),
                       eta_cutoff=draw(st.sampled_from([None, 0.5])))
-    return {**prompts, "seed": seed, "loop": loop,
+    return {**prompts, "seed": seed, "loop": loop, "assistant": None,
             "config": GenerationConfig(**{k: v for k, v in config.items() if v is not None or k == "eos_token_id"})}
 
 
 #: Loop forms each model (by identity: the session builds a model once per worker) offers, or why none, and
 #: whether its beam search runs: the probe traces the ``while`` body, so the parts of one model's examples ask
 #: it once.
-_LOOPS_OFFERED: dict[int, tuple[PreTrainedModel, tuple[str, ...], str, bool]] = {}
+_LOOPS_OFFERED: dict[int, tuple[PreTrainedModel, tuple[str, ...], str, bool, bool]] = {}
 
 
-def supported_loops(model: PreTrainedModel) -> tuple[tuple[str, ...], bool]:
-    """Loop forms fullgraph_generate offers this model, and whether to draw beam search; skips the test, with
-    the reason, if no form runs."""
+def supported_loops(model: PreTrainedModel) -> tuple[tuple[str, ...], bool, bool]:
+    """Loop forms fullgraph_generate offers this model, and whether to draw beam search and the draft modes;
+    skips the test, with the reason, if no form runs."""
     if id(model) not in _LOOPS_OFFERED or _LOOPS_OFFERED[id(model)][0] is not model:
         loops, reasons = _probe_loops(model)
-        _LOOPS_OFFERED[id(model)] = (model, loops, reasons, bool(loops) and _beams_run(model))
-    _, loops, reasons, beams = _LOOPS_OFFERED[id(model)]
+        _LOOPS_OFFERED[id(model)] = (model, loops, reasons, bool(loops) and _beams_run(model),
+                                     bool(loops) and _drafts_run(model))
+    _, loops, reasons, beams, drafts = _LOOPS_OFFERED[id(model)]
     if not loops:
         pytest.skip(f"fullgraph_generate does not support this model: {reasons}")
-    return loops, beams
+    return loops, beams, drafts
 
 
 def _beams_run(model: PreTrainedModel) -> bool:
@@ -128,6 +172,24 @@ def _beams_run(model: PreTrainedModel) -> bool:
             expected = generate_fn(model)(input_ids=probe, generation_config=config)
             static = generate_fn(model)(input_ids=probe, generation_config=static_cache_config(config))
         except Exception:  # transformers' own beam search fails for this model: nothing of ours to test
+            return False
+        try:
+            fullgraph_generate(model, probe, None, config)
+        except UnsupportedGeneration:
+            return False
+    return bool(torch.equal(static, expected))
+
+
+def _drafts_run(model: PreTrainedModel) -> bool:
+    """Whether to draw prompt lookup and assisted decoding: ``generate`` runs them for this model (not for
+    stateful ones), the loop takes them (its cache rolls back), and the static cache keeps ``generate``'s tokens."""
+    probe = torch.tensor([[tiny.FIRST_PROMPT_ID] * 3])
+    config = GenerationConfig(max_new_tokens=3, prompt_lookup_num_tokens=2, pad_token_id=tiny.PAD_TOKEN_ID)
+    with torch.no_grad(), model_generation_defaults(model, None):
+        try:
+            expected = generate_fn(model)(input_ids=probe, generation_config=config)
+            static = generate_fn(model)(input_ids=probe, generation_config=static_cache_config(config))
+        except Exception:  # transformers' own assisted generation fails for this model: nothing of ours to test
             return False
         try:
             fullgraph_generate(model, probe, None, config)
@@ -184,22 +246,23 @@ def model_does_not_compile(model: PreTrainedModel, loop: str) -> str | None:
 def test_fullgraph_generate_matches_generate_and_compiles_exactly(fullgraph_model: PreTrainedModel,
                                                                   fullgraph_settings: Settings, part: int) -> None:
     model = fullgraph_model
-    loops, beams = supported_loops(model)
+    loops, beams, drafts = supported_loops(model)
     compile_failure: list[str] = []  # set once the model itself is found not to compile
 
     @settings(max_examples=examples(fullgraph_settings.run_slow), deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @seed(part)  # reproducible, and each part draws other examples
-    @given(case=generation_cases(vocab_size(model), loops, beams))
+    @given(case=generation_cases(vocab_size(model), loops, beams, drafts))
     def check(case: dict[str, Any]) -> None:
         ids, mask, config, seed = case["input_ids"], case["attention_mask"], case["config"], case["seed"]
+        further = draft_model(model, case["assistant"])
         with torch.no_grad(), model_generation_defaults(model, config.eos_token_id):
             expected = run_seeded(seed, lambda: generate_fn(model)(input_ids=ids, attention_mask=mask,
-                                                               generation_config=config))
+                                                               generation_config=config, **further))
             loop = case["loop"]
-            eager = run_seeded(seed, lambda: fullgraph_generate(model, ids, mask, config, loop=loop))
+            eager = run_seeded(seed, lambda: fullgraph_generate(model, ids, mask, config, loop=loop, **further))
             if not torch.equal(eager, expected):
-                inputs = {"input_ids": ids, "attention_mask": mask}
+                inputs = {"input_ids": ids, "attention_mask": mask, **further}
                 pytest.fail(f"eager {loop} loop != generate for {config.to_diff_dict()}"
                             f"{static_cache_verdict(model, inputs, config, seed, expected)}")
             if compile_failure:
@@ -207,7 +270,7 @@ def test_fullgraph_generate_matches_generate_and_compiles_exactly(fullgraph_mode
             torch._dynamo.reset()
             try:
                 compiled = run_seeded(seed, lambda: fullgraph_generate(model, ids, mask, config, loop=loop,
-                                                                       compiler=compile_loop))
+                                                                       compiler=compile_loop, **further))
             except compile_failure_types():
                 reason = model_does_not_compile(model, loop)
                 if reason is None:
