@@ -8,6 +8,7 @@
     python bench/generation.py throughput --models llama,gemma --batch 1 8 --tokens 64 256 --dtype bfloat16
     python bench/generation.py throughput --models llama --size mid --dtype bfloat16 --batch 1 --tokens 64
     python bench/generation.py throughput --models llama --beams 4 --tokens 64
+    python bench/generation.py throughput --models llama --assisted --batch 1 --tokens 64
 
 ``scaling``: compile time (first call) and peak RSS of ``fullgraph_generate`` compiled with fullgraph=True,
 each measurement in a fresh process so memory and caches do not leak between them.
@@ -88,25 +89,30 @@ def _build(model_name: str, dtype: str = "float32", size: str = "tiny") -> Any:
     return model
 
 
-def _config(tokens: int, beams: int = 1, **extra: Any) -> Any:
+def _config(tokens: int, beams: int = 1, assisted: bool = False, **extra: Any) -> Any:
+    """Greedy (or beam search) for exactly ``tokens`` tokens; with ``assisted`` no ``min_new_tokens`` (assisted
+    decoding takes no processors; without an EOS the length is exact anyway)."""
     from transformers import GenerationConfig
 
-    return GenerationConfig(max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False, pad_token_id=0,
-                            eos_token_id=None, num_beams=beams, **extra)
+    return GenerationConfig(max_new_tokens=tokens, min_new_tokens=None if assisted else tokens, do_sample=False,
+                            pad_token_id=0, eos_token_id=None, num_beams=beams, **extra)
 
 
 def measure_one(variant: str, model_name: str, backend: str, batch: int, tokens: int,
-                repeats: int, dtype: str = "float32", size: str = "tiny", beams: int = 1) -> dict[str, Any]:
+                repeats: int, dtype: str = "float32", size: str = "tiny", beams: int = 1,
+                assisted: bool = False) -> dict[str, Any]:
     """First call (includes compile) and steady-state seconds per token of one variant, in this process, and a
     digest of its tokens (every variant is greedy, or beam search with ``beams`` > 1: equal digests mean equal
-    tokens)."""
+    tokens). With ``assisted`` every variant drafts with the suite's draft model (``models.draft``)."""
     import torch
     from transformers import CompileConfig
 
     from pytest_fullgraph.decode import fullgraph_generate
+    from pytest_fullgraph.models.draft import build_draft
 
     model = _build(model_name, dtype, size)
     input_ids, attention_mask = _inputs(model, batch)
+    further = {"assistant_model": build_draft(model)} if assisted else {}
 
     if variant == "ours_aoti":
         import tempfile
@@ -117,7 +123,8 @@ def measure_one(variant: str, model_name: str, backend: str, batch: int, tokens:
         directory = tempfile.mkdtemp(prefix="fullgraph-bench-")
 
         def build_program() -> Any:
-            program = export_generate(model, input_ids, attention_mask, _config(tokens, beams), loop="while")
+            program = export_generate(model, input_ids, attention_mask, _config(tokens, beams, assisted),
+                                      loop="while", **further)
             return load_generate(save_generate(program, f"{directory}/{model_name}", runtime="aoti"))
 
         packaged: list[Any] = []
@@ -137,8 +144,8 @@ def measure_one(variant: str, model_name: str, backend: str, batch: int, tokens:
             return torch.compile(loop_function, **_compile_kwargs(backend))
 
         def run() -> Any:
-            return fullgraph_generate(model, input_ids, attention_mask, _config(tokens, beams), compiler=compiler,
-                                      loop=loop)
+            return fullgraph_generate(model, input_ids, attention_mask, _config(tokens, beams, assisted),
+                                      compiler=compiler, loop=loop, **further)
     else:
         extra: dict[str, Any] = {}
         if variant in ("static", "static_compiled_forward"):
@@ -148,10 +155,11 @@ def measure_one(variant: str, model_name: str, backend: str, batch: int, tokens:
             compile_config = CompileConfig(**_compile_kwargs(backend))
             compile_config._compile_all_devices = True  # type: ignore[assignment]
             extra["compile_config"] = compile_config
-        config = _config(tokens, beams, **extra)
+        config = _config(tokens, beams, assisted, **extra)
 
         def run() -> Any:
-            return model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
+            return model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config,
+                                  **further)
 
     with torch.no_grad():
         started = time.perf_counter()
@@ -259,14 +267,17 @@ def main() -> None:
     one.add_argument("--dtype", default="float32")
     one.add_argument("--size", default="tiny")
     one.add_argument("--beams", type=int, default=1)
+    one.add_argument("--assisted", action="store_true")
     for command in (cost, throughput):
         command.add_argument("--beams", type=int, default=1, help="num_beams: beam search above 1 (default: greedy)")
+    throughput.add_argument("--assisted", action="store_true",
+                            help="assisted decoding with the suite's draft model (batch 1)")
     args = parser.parse_args()
 
     if args.command == "one":
         try:
             row = measure_one(args.variant, args.model, args.backend, args.batch, args.tokens, args.repeats,
-                              args.dtype, args.size, args.beams)
+                              args.dtype, args.size, args.beams, args.assisted)
         except Exception as error:  # the parent prints this one line in the variant's cell
             print(json.dumps({"error": failure(error)}))
             raise SystemExit(1) from None
@@ -279,7 +290,8 @@ def main() -> None:
         loops = args.variants or (["ours_aoti", "ours_compiled_while"] if _device() == "cuda" else ["ours_aoti"])
         for batch in args.batch:
             for tokens in args.tokens:
-                _throughput(_selected(args.models), batch, tokens, loops, args.dtype, args.size, args.beams)
+                _throughput(_selected(args.models), batch, tokens, loops, args.dtype, args.size, args.beams,
+                            args.assisted)
     elif args.command == "scaling":
         variant = "ours_compiled_while" if args.loop == "while" else "ours_compiled"
         print("| loop | backend | new tokens | compile + first call (s) | steady ms/token | peak RSS (MiB) |")
@@ -333,11 +345,12 @@ BASELINES = ("static_compiled_forward", "dynamic")
 
 
 def _throughput(models: tuple[str, ...], batch: int, tokens: int, loops: list[str], dtype: str, size: str,
-                beams: int = 1) -> None:
+                beams: int = 1, assisted: bool = False) -> None:
     """Tokens/s of each loop variant and of generate's two paths, the ratios against them, and whether every
     variant gave the default generate's tokens."""
     variants = [*loops, *BASELINES]
-    print(f"\nbatch {batch}, {tokens} new tokens, {dtype}, {size} model, num_beams {beams}; tokens/s = batch x "
+    mode = "assisted by the suite's draft model" if assisted else f"num_beams {beams}"
+    print(f"\nbatch {batch}, {tokens} new tokens, {dtype}, {size} model, {mode}; tokens/s = batch x "
           "tokens / steady seconds "
           "of one generation; exact: every variant's tokens equal the default generate's")
     ratios = [f"{loop} / {base}" for loop in loops for base in BASELINES]
@@ -346,7 +359,8 @@ def _throughput(models: tuple[str, ...], batch: int, tokens: int, loops: list[st
     print("|---|" + "---|" * (len(variants) + len(ratios) + 1))
     for model in models:
         rows = {variant: _in_subprocess(variant, model, "inductor", str(batch), str(tokens), "5", "--dtype", dtype,
-                                        "--size", size, "--beams", str(beams)) for variant in variants}
+                                        "--size", size, "--beams", str(beams), *(["--assisted"] if assisted else []))
+                for variant in variants}
         rates = {variant: batch * 1000 / row["ms_per_token"] if "ms_per_token" in row else None
                  for variant, row in rows.items()}
         cells = [f"{rates[variant]:.0f}" if rates[variant] else f"error: {rows[variant].get('error')}"

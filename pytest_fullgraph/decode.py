@@ -488,6 +488,10 @@ def _export_cache_length(plan: DecodePlan, input_ids: torch.Tensor, dynamic: boo
     settings whose processors are built for the example's prompt length (wrong for any other)."""
     if not dynamic:
         return cache_length(input_ids, plan)
+    if plan.drafting is not None:
+        mode = "prompt lookup" if plan.lookup is not None else "assisted decoding"
+        raise UnsupportedGeneration(f"export_generate(dynamic=True) does not support {mode}: it takes one prompt "
+                                    "(batch 1), which dynamic shapes cannot hold; export with dynamic=False")
     for name in PROMPT_LENGTH_SETTINGS:
         if getattr(plan.config, name, 0):
             raise UnsupportedGeneration(f"export_generate(dynamic=True) does not support {name}="

@@ -163,3 +163,12 @@ def test_beams_ignore_the_draft_model_as_generate_does() -> None:
     draft = build_draft(TARGET)
     expected = generate_fn(TARGET)(input_ids=PROMPT, generation_config=config, assistant_model=draft)
     assert torch.equal(fullgraph_generate(TARGET, PROMPT, None, config, assistant_model=draft), expected)
+
+
+def test_a_dynamic_export_of_a_draft_mode_is_refused_by_name() -> None:
+    config = GenerationConfig(max_new_tokens=3, pad_token_id=0)
+    with pytest.raises(UnsupportedGeneration, match=r"dynamic=True\) does not support assisted decoding"):
+        export_generate(TARGET, PROMPT, None, config, dynamic=True, assistant_model=build_draft(TARGET))
+    lookup = GenerationConfig(max_new_tokens=3, pad_token_id=0, prompt_lookup_num_tokens=2)
+    with pytest.raises(UnsupportedGeneration, match=r"dynamic=True\) does not support prompt lookup"):
+        export_generate(TARGET, PROMPT, None, lookup, dynamic=True)
