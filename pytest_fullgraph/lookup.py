@@ -23,8 +23,9 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 #: Cache layer classes whose state a rollback restores by resetting the fill counter: full-length attention
-#: layers (a sliding layer rolls its buffer, a recurrent state cannot be un-updated).
-ROLLBACK_LAYERS = frozenset({"StaticLayer"})
+#: layers, and sliding-window ones kept whole (``loop_state.WholeSlidingLayer``: every position kept, the mask
+#: limits attention to the window); a recurrent state cannot be un-updated.
+ROLLBACK_LAYERS = frozenset({"StaticLayer", "WholeSlidingLayer"})
 
 
 class Lookup(NamedTuple):

@@ -124,6 +124,9 @@ def new_cache(model: PreTrainedModel, plan: DecodePlan, max_cache_len: int, loop
     state is all in tensors (after checking its processors can be traced once for every step)."""
     if loop == "while":
         loop_processors.check_processors(plan.processors)
+    if loop == "while" or plan.drafting is not None:
+        # a draft mode rolls the cache back by resetting its fill counter, in either form: sliding-window layers
+        # must keep every position then (loop_state's whole layers: the mask, not eviction, limits the window)
         return loop_state.loop_cache(model, max_cache_len)
     return new_static_cache(model, max_cache_len)
 

@@ -51,8 +51,9 @@ DRAFTS = {
 }
 
 
-def generates_steps(draft: PreTrainedModel, config: GenerationConfig,
-                    monkeypatch: pytest.MonkeyPatch) -> tuple[torch.Tensor, list[tuple[list[int], list[int]]]]:
+def generates_steps(draft: PreTrainedModel, config: GenerationConfig, monkeypatch: pytest.MonkeyPatch,
+                    target: PreTrainedModel = TARGET,
+                    prompt: torch.Tensor = PROMPT) -> tuple[torch.Tensor, list[tuple[list[int], list[int]]]]:
     """``generate``'s tokens and, per step, the prefix it drafted from and the draft."""
     steps: list[tuple[list[int], list[int]]] = []
     original = AssistedCandidateGenerator.get_candidates
@@ -64,12 +65,13 @@ def generates_steps(draft: PreTrainedModel, config: GenerationConfig,
 
     with monkeypatch.context() as patch:
         patch.setattr(AssistedCandidateGenerator, "get_candidates", recorded)
-        tokens = generate_fn(TARGET)(input_ids=PROMPT, generation_config=config, assistant_model=draft)
+        tokens = generate_fn(target)(input_ids=prompt, generation_config=config, assistant_model=draft)
     return tokens, steps
 
 
-def loops_steps(draft: PreTrainedModel, config: GenerationConfig,
-                monkeypatch: pytest.MonkeyPatch) -> tuple[torch.Tensor, list[tuple[list[int], list[int]]]]:
+def loops_steps(draft: PreTrainedModel, config: GenerationConfig, monkeypatch: pytest.MonkeyPatch,
+                target: PreTrainedModel = TARGET,
+                prompt: torch.Tensor = PROMPT) -> tuple[torch.Tensor, list[tuple[list[int], list[int]]]]:
     """The eager unrolled loop's tokens and, per step that still generates, its prefix and draft."""
     steps: list[tuple[list[int], list[int]]] = []
     original = assisted.draft
@@ -82,7 +84,7 @@ def loops_steps(draft: PreTrainedModel, config: GenerationConfig,
 
     with monkeypatch.context() as patch:
         patch.setattr(assisted, "draft", recorded)
-        tokens = fullgraph_generate(TARGET, PROMPT, None, config, assistant_model=draft)
+        tokens = fullgraph_generate(target, prompt, None, config, assistant_model=draft)
     return tokens, steps
 
 
@@ -103,6 +105,21 @@ def test_each_step_drafts_and_keeps_what_generate_does(name: str, eos: str | Non
     # the while form's body is traced even eagerly (no Python per step to record): its tokens
     while_tokens = fullgraph_generate(TARGET, PROMPT, None, config, loop="while", assistant_model=DRAFTS[name]())
     assert torch.equal(while_tokens, expected)
+
+
+def test_a_sliding_window_model_rolls_back_past_its_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cohere2's sliding layers (window 16) kept whole: 17 prompt tokens and 10 new ones run past the window, and
+    every step's verification and rollback keeps what generate keeps."""
+    target = build_tiny("cohere2")
+    prompt = torch.tensor([[5, 9, 14, 3, 27, 8, 11, 6, 5, 9, 14, 3, 27, 8, 11, 6, 5]])
+    config = GenerationConfig(max_new_tokens=10, pad_token_id=0, eos_token_id=None)
+    expected, generate_steps = generates_steps(drafting(near_copy(target, 0.05, 1), 3), config, monkeypatch,
+                                               target, prompt)
+    tokens, steps = loops_steps(drafting(near_copy(target, 0.05, 1), 3), config, monkeypatch, target, prompt)
+    assert torch.equal(tokens, expected)
+    assert steps == generate_steps
+    assert any(len(draft) > 0 and prefix + draft != steps[index + 1][0][:len(prefix + draft)]
+               for index, (prefix, draft) in enumerate(steps[:-1]))  # some draft was cut short: a real rollback
 
 
 def test_the_drafts_are_partly_kept() -> None:
@@ -152,6 +169,7 @@ def test_what_assisted_decoding_cannot_do_is_refused_by_name(ids: list[list[int]
 
 
 def test_a_draft_model_whose_cache_cannot_roll_back_is_refused_by_name() -> None:
+    """mamba's recurrent state cannot be un-updated (and generate refuses a stateful target itself)."""
     config = GenerationConfig(max_new_tokens=3, pad_token_id=0)
     draft = build_tiny("mamba")
     with pytest.raises(UnsupportedGeneration, match="draft model cannot roll back cache layer"):
