@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import torch
 
 from pytest_fullgraph.generation import UnsupportedGeneration
-from pytest_fullgraph.lookup import Lookup, accept, check_rollback, start, verified_logits
+from pytest_fullgraph.lookup import Lookup, accept, check_rollback, roll_back, start, verified_logits
 from pytest_fullgraph.loop_steps import AssistSettings, DecodePlan, cache_length, last_scores, new_cache
 from pytest_fullgraph.modeling import forward_parameters
 
@@ -104,8 +104,7 @@ def draft(settings: AssistSettings, state: Assisted, eos: torch.Tensor | None, c
         chunk, begin = prompt, torch.zeros((), dtype=torch.long, device=prompt.device)
     else:
         begin = state.length - 2
-        for layer in cache.layers:  # the crop: the draft's cache holds the tokens before the last two
-            layer.cumulative_length.copy_(begin)
+        roll_back(cache, begin)  # the crop: the draft's cache holds the tokens before the last two
         chunk = state.sequence.index_select(1, begin + torch.arange(2, device=begin.device))
     tokens, stops = [], []
     for _ in range(settings.draft):

@@ -24,8 +24,18 @@ if TYPE_CHECKING:
 
 #: Cache layer classes whose state a rollback restores by resetting the fill counter: full-length attention
 #: layers, and sliding-window ones kept whole (``loop_state.WholeSlidingLayer``: every position kept, the mask
-#: limits attention to the window); a recurrent state cannot be un-updated.
-ROLLBACK_LAYERS = frozenset({"StaticLayer", "WholeSlidingLayer"})
+#: limits attention to the window), and sparse attention's indexed layers; a recurrent state cannot be un-updated.
+ROLLBACK_LAYERS = frozenset({"StaticLayer", "WholeSlidingLayer", "StaticIndexedLayer"})
+
+
+def roll_back(cache: Any, length: torch.Tensor) -> None:
+    """Make the cache hold ``length`` positions: its fill counters reset (``Cache.crop`` for static layers; a
+    sparse-attention layer's indexer keys have a counter of their own)."""
+    for layer in cache.layers:
+        layer.cumulative_length.copy_(length)
+        indexer = getattr(layer, "indexer_cumulative_length", None)
+        if isinstance(indexer, torch.Tensor):
+            indexer.copy_(length)
 
 
 class Lookup(NamedTuple):
@@ -120,8 +130,7 @@ def accept(settings: DraftSettings, plan: DecodePlan, state: Lookup, tokens: tor
     written = (where >= state.length) & (where < state.length + valid)
     sequence = torch.where(written, selected[(where - state.length).clamp(0, settings.draft)], state.sequence)
     length = state.length + valid
-    for layer in cache.layers:  # the cache holds every token but the newest
-        layer.cumulative_length.copy_(length - 1)
+    roll_back(cache, length - 1)  # the cache holds every token but the newest
     last = sequence[0].index_select(0, (length - 1).reshape(1))
     running = state.running & (length < max_length)
     if plan.eos is not None:
