@@ -117,6 +117,39 @@ def precision_verdict(model: PreTrainedModel, inputs: dict[str, Any], reference:
     return PrecisionVerdict(kind, dtype, float(exact[tokens[0]]), float(exact[tokens[1]]), gap, step, noise)
 
 
+def _cache_length_verdict(model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig, seed: int,
+                          eager: torch.Tensor) -> str | None:
+    """The model's fault when its tokens depend on the static cache's length and the loop's cache is longer than
+    ``generate``'s (the draft modes add a draft's positions): ``generate`` with a static cache of the loop's length.
+
+    Measured: axk2's and deepseek_v32's sparse-attention indexers pick different positions (their ReLU scores tie
+    at 0) with a static cache a few positions longer, so ``generate`` itself changes its tokens."""
+    import torch
+    from transformers.cache_utils import StaticCache
+
+    from pytest_fullgraph.decode import prepare
+    from pytest_fullgraph.loop_steps import cache_length
+
+    ids = inputs["input_ids"]
+    try:
+        _, plan = prepare(model, ids, inputs.get("attention_mask"), config, inputs.get("tokenizer"),
+                          inputs.get("assistant_model"))
+        length = cache_length(ids, plan)
+        if length == int(ids.shape[1]) + plan.max_new_tokens - 1:
+            return None  # the loop's cache is as long as generate's
+        longer = generate(model, {**inputs, "cache": StaticCache(config=model.config, max_cache_len=length)},
+                          config, seed)
+    except Exception:  # best effort, as the static-cache note is
+        return None
+    if torch.equal(longer, eager):
+        return None
+    where = first_difference(eager, longer, int(ids.shape[1]))
+    return (f"; model.generate with a static cache of the loop's {length} positions differs from the default (row "
+            f"{where.row}, position {where.position}: {where.eager_token} vs {where.compiled_token}), with one "
+            "of generate's own length it does not: the model's tokens depend on its cache's length, the model's "
+            "static-cache path, not the loop")
+
+
 def static_cache_verdict(model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig, seed: int,
                          eager: torch.Tensor) -> str:
     """Whether ``generate`` itself changes its tokens with a static cache, which our loop must use.
@@ -135,7 +168,9 @@ def static_cache_verdict(model: PreTrainedModel, inputs: dict[str, Any], config:
     except Exception as error:  # the note is best effort; the mismatch stands
         return f" (model.generate with a static cache failed: {type(error).__name__}: {first_line(error)})"
     if torch.equal(static, eager):
-        return "; model.generate with a static cache gives the default tokens, so the difference is the loop's"
+        longer = _cache_length_verdict(model, inputs, config, seed, eager)
+        return longer or ("; model.generate with a static cache gives the default tokens, so the difference is "
+                          "the loop's")
     where = first_difference(eager, static, int(inputs["input_ids"].shape[1]))
     found = (f"; model.generate with a static cache differs from the default too (row {where.row}, position "
              f"{where.position}: {where.eager_token} vs {where.compiled_token})")

@@ -190,3 +190,20 @@ def test_a_dynamic_export_of_a_draft_mode_is_refused_by_name() -> None:
     lookup = GenerationConfig(max_new_tokens=3, pad_token_id=0, prompt_lookup_num_tokens=2)
     with pytest.raises(UnsupportedGeneration, match=r"dynamic=True\) does not support prompt lookup"):
         export_generate(TARGET, PROMPT, None, lookup, dynamic=True)
+
+
+def test_a_model_whose_tokens_follow_its_cache_length_is_blamed_not_the_loop() -> None:
+    """axk2's sparse-attention indexer picks other positions with a longer static cache (its scores tie at 0), so
+    the draft modes' longer cache changes its tokens: ``generate`` with a cache of the loop's length says whose."""
+    from pytest_fullgraph.compare import static_cache_verdict
+    from pytest_fullgraph.inputs import make_inputs
+    from pytest_fullgraph.scenarios import SCENARIOS
+
+    model = build_tiny("axk2")
+    inputs = make_inputs(model, SCENARIOS["prompt_lookup"])
+    config = GenerationConfig(max_new_tokens=6, pad_token_id=0, eos_token_id=None, prompt_lookup_num_tokens=3)
+    eager = generate_fn(model)(**inputs, generation_config=config)
+    assert not torch.equal(fullgraph_generate(model, inputs["input_ids"], None, config), eager)
+    verdict = static_cache_verdict(model, inputs, config, 0, eager)
+    assert "static cache of the loop's 17 positions differs from the default (row 0, position 11" in verdict
+    assert verdict.endswith("the model's static-cache path, not the loop")
