@@ -24,14 +24,17 @@ if TYPE_CHECKING:
 
 #: Cache layer classes whose state a rollback restores by resetting the fill counter: full-length attention
 #: layers, and sliding-window ones kept whole (``loop_state.WholeSlidingLayer``: every position kept, the mask
-#: limits attention to the window), and sparse attention's indexed layers; a recurrent state cannot be un-updated.
-ROLLBACK_LAYERS = frozenset({"StaticLayer", "WholeSlidingLayer", "StaticIndexedLayer"})
+#: limits attention to the window), sparse attention's indexed layers and the empty layers of shared KV; a recurrent
+#: state cannot be un-updated.
+ROLLBACK_LAYERS = frozenset({"StaticLayer", "WholeSlidingLayer", "StaticIndexedLayer", "DummyLayer"})
 
 
 def roll_back(cache: Any, length: torch.Tensor) -> None:
     """Make the cache hold ``length`` positions: its fill counters reset (``Cache.crop`` for static layers; a
     sparse-attention layer's indexer keys have a counter of their own)."""
     for layer in cache.layers:
+        if type(layer).__name__ == "DummyLayer":
+            continue  # a layer that reads another's keys and values (gemma3n's shared KV) holds nothing
         layer.cumulative_length.copy_(length)
         indexer = getattr(layer, "indexer_cumulative_length", None)
         if isinstance(indexer, torch.Tensor):

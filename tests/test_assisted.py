@@ -107,10 +107,11 @@ def test_each_step_drafts_and_keeps_what_generate_does(name: str, eos: str | Non
     assert torch.equal(while_tokens, expected)
 
 
-def test_a_sliding_window_model_rolls_back_past_its_window(monkeypatch: pytest.MonkeyPatch) -> None:
-    """cohere2's sliding layers (window 16) kept whole: 17 prompt tokens and 10 new ones run past the window, and
-    every step's verification and rollback keeps what generate keeps."""
-    target = build_tiny("cohere2")
+@pytest.mark.parametrize("name", ["cohere2", "gemma3n_text"])
+def test_a_sliding_window_model_rolls_back_past_its_window(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sliding layers (window 16) kept whole: 17 prompt tokens and 10 new ones run past the window, and every
+    step's verification and rollback keeps what generate keeps (gemma3n's shared-KV layers hold nothing)."""
+    target = build_tiny(name)
     prompt = torch.tensor([[5, 9, 14, 3, 27, 8, 11, 6, 5, 9, 14, 3, 27, 8, 11, 6, 5]])
     config = GenerationConfig(max_new_tokens=10, pad_token_id=0, eos_token_id=None)
     expected, generate_steps = generates_steps(drafting(near_copy(target, 0.05, 1), 3), config, monkeypatch,
