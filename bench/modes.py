@@ -92,18 +92,12 @@ def one(model: str, scenario_name: str, built: Any = None) -> dict[str, Any]:
 
 
 def _static_cache(model: Any, inputs: dict[str, Any], config: Any, seed: int, expected: Any) -> str:
-    """Whose fault a loop's failure is: ``generate`` with the static cache the loop uses fails or differs too
+    """Whose fault a loop's failure is, as the checks say it (``compare.static_cache_verdict``): ``generate``
+    with the static cache the loop uses (and, for the draft modes, one of the loop's length) fails or differs too
     (the model's static-cache path), or it equals the default ``generate`` (the loop's)."""
-    import torch
+    from pytest_fullgraph.compare import static_cache_verdict
 
-    from pytest_fullgraph.generation import generate, static_cache_config
-
-    try:
-        static = generate(model, inputs, static_cache_config(config), seed)
-    except Exception as error:
-        return f"generate fails too: {_said(error)}"
-    return "generate agrees" if static.shape == expected.shape and torch.equal(static, expected) else \
-        "generate differs too"
+    return static_cache_verdict(model, inputs, config, seed, expected).lstrip("; ")
 
 
 def every_scenario(model: str, scenarios: list[str]) -> list[dict[str, Any]]:
