@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import torch
 
 from pytest_fullgraph.generation import UnsupportedGeneration
-from pytest_fullgraph.lookup import Lookup, accept, check_rollback, roll_back, start, verified_logits
+from pytest_fullgraph.lookup import Lookup, check_rollback, chunk_positions, roll_back, start, verify
 from pytest_fullgraph.loop_steps import AssistSettings, DecodePlan, cache_length, last_scores, new_cache
 from pytest_fullgraph.modeling import forward_parameters
 
@@ -129,7 +129,7 @@ def _draft_scores(settings: AssistSettings, chunk: torch.Tensor, begin: torch.Te
     """The draft model's next-token scores after ``chunk`` (its first position at ``begin``), in float32."""
     kwargs: dict[str, Any] = {"use_cache": True}
     if settings.accepts_position_ids:
-        kwargs["position_ids"] = ((begin + torch.arange(chunk.shape[1], device=chunk.device))[None] - pads).clamp(min=0)
+        kwargs["position_ids"] = chunk_positions(begin, chunk, pads)
     if settings.logits_to_keep:
         kwargs["logits_to_keep"] = 1
     return last_scores(settings.assistant(input_ids=chunk, cache=cache, attention_mask=mask, **kwargs).logits)
@@ -141,16 +141,8 @@ def _step(model: PreTrainedModel, plan: DecodePlan, settings: AssistSettings, st
     the schedule moves the budget by whether the whole draft was kept."""
     cache, draft_cache = caches
     tokens, count = draft(settings, state, plan.eos, draft_cache, mask, pads, max_length, prompt)
-    if prompt is not None:
-        chunk = torch.cat([prompt, tokens[None]], dim=1)
-        begin = torch.zeros((), dtype=torch.long, device=chunk.device)
-    else:
-        chunk = torch.cat([state.sequence.index_select(1, (state.length - 1).reshape(1)), tokens[None]], dim=1)
-        begin = state.length - 1
-    positions = ((begin + torch.arange(chunk.shape[1], device=chunk.device))[None] - pads).clamp(min=0)
-    logits = verified_logits(model, plan, chunk, positions, mask, cache, settings.draft + 1)
-    kept = accept(settings, plan, Lookup(state.sequence, state.length, state.running), tokens, count, logits, cache,
-                  max_length)
+    kept = verify(model, plan, settings, Lookup(state.sequence, state.length, state.running), tokens, count, cache,
+                  mask, pads, max_length, prompt)
     budget = state.budget.clone()  # a while_loop body may not return its input itself
     if settings.heuristic:
         whole = kept.length - state.length - 1 == count

@@ -134,9 +134,9 @@ def _cache_length_verdict(model: PreTrainedModel, inputs: dict[str, Any], config
     try:
         _, plan = prepare(model, ids, inputs.get("attention_mask"), config, inputs.get("tokenizer"),
                           inputs.get("assistant_model"))
-        length = cache_length(ids, plan)
-        if length == int(ids.shape[1]) + plan.max_new_tokens - 1:
+        if plan.drafting is None:
             return None  # the loop's cache is as long as generate's
+        length = cache_length(ids, plan)
         longer = generate(model, {**inputs, "cache": StaticCache(config=model.config, max_cache_len=length)},
                           config, seed)
     except Exception:  # best effort, as the static-cache note is

@@ -160,15 +160,28 @@ def _step(model: PreTrainedModel, plan: DecodePlan, settings: LookupSettings, st
     program takes its length as an input); ``prompt`` on the first, which reads the prompt and the draft in one
     forward, as ``generate``'s first step does."""
     tokens, count = draft(settings, state.sequence, state.length, plan.eos, max_length)
+    return verify(model, plan, settings, state, tokens, count, cache, mask, pads, max_length, prompt)
+
+
+def verify(model: PreTrainedModel, plan: DecodePlan, settings: DraftSettings, state: Lookup, tokens: torch.Tensor,
+           count: torch.Tensor, cache: Any, mask: torch.Tensor, pads: torch.Tensor, max_length: Any,
+           prompt: torch.Tensor | None = None) -> Lookup:
+    """The model's verification of a draft, whoever drafted it: one forward over the last token (the prompt on the
+    first step) and the draft buffer, then ``accept``."""
     if prompt is not None:
         chunk = torch.cat([prompt, tokens[None]], dim=1)
-        start = torch.zeros((), dtype=torch.long, device=chunk.device)
+        begin = torch.zeros((), dtype=torch.long, device=chunk.device)
     else:
         chunk = torch.cat([state.sequence.index_select(1, (state.length - 1).reshape(1)), tokens[None]], dim=1)
-        start = state.length - 1
-    positions = ((start + torch.arange(chunk.shape[1], device=chunk.device))[None] - pads).clamp(min=0)
-    logits = verified_logits(model, plan, chunk, positions, mask, cache, settings.draft + 1)
+        begin = state.length - 1
+    logits = verified_logits(model, plan, chunk, chunk_positions(begin, chunk, pads), mask, cache,
+                             settings.draft + 1)
     return accept(settings, plan, state, tokens, count, logits, cache, max_length)
+
+
+def chunk_positions(begin: torch.Tensor, chunk: torch.Tensor, pads: torch.Tensor) -> torch.Tensor:
+    """The position ids of a chunk whose first token sits at ``begin`` in the (left-padded) sequence."""
+    return ((begin + torch.arange(chunk.shape[1], device=chunk.device))[None] - pads).clamp(min=0)
 
 
 def lookup_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tensor, attention_mask: torch.Tensor,

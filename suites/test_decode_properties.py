@@ -165,31 +165,26 @@ def _beams_run(model: PreTrainedModel) -> bool:
     reorder: rwkv, xlstm), the loop takes it, and the static cache the loop uses keeps ``generate``'s beams (some
     models' static caches change them: the model's fault, which bench/modes.py and the beam scenarios' checks
     report). A loop that crashes on the probe is a loop bug: that raises."""
-    probe = torch.tensor([[tiny.FIRST_PROMPT_ID] * 3] * 2)
     config = GenerationConfig(max_new_tokens=3, num_beams=2, pad_token_id=tiny.PAD_TOKEN_ID)
-    with torch.no_grad(), model_generation_defaults(model, None):
-        try:
-            expected = generate_fn(model)(input_ids=probe, generation_config=config)
-            static = generate_fn(model)(input_ids=probe, generation_config=static_cache_config(config))
-        except Exception:  # transformers' own beam search fails for this model: nothing of ours to test
-            return False
-        try:
-            fullgraph_generate(model, probe, None, config)
-        except UnsupportedGeneration:
-            return False
-    return bool(torch.equal(static, expected))
+    return _mode_runs(model, torch.tensor([[tiny.FIRST_PROMPT_ID] * 3] * 2), config)
 
 
 def _drafts_run(model: PreTrainedModel) -> bool:
     """Whether to draw prompt lookup and assisted decoding: ``generate`` runs them for this model (not for
     stateful ones), the loop takes them (its cache rolls back), and the static cache keeps ``generate``'s tokens."""
-    probe = torch.tensor([[tiny.FIRST_PROMPT_ID] * 3])
     config = GenerationConfig(max_new_tokens=3, prompt_lookup_num_tokens=2, pad_token_id=tiny.PAD_TOKEN_ID)
+    return _mode_runs(model, torch.tensor([[tiny.FIRST_PROMPT_ID] * 3]), config)
+
+
+def _mode_runs(model: PreTrainedModel, probe: torch.Tensor, config: GenerationConfig) -> bool:
+    """Whether ``generate`` runs the config's mode for this model, the loop takes it, and ``generate`` with the
+    static cache the loop uses gives the default tokens. A loop that crashes on the probe is a loop bug: that
+    raises."""
     with torch.no_grad(), model_generation_defaults(model, None):
         try:
             expected = generate_fn(model)(input_ids=probe, generation_config=config)
             static = generate_fn(model)(input_ids=probe, generation_config=static_cache_config(config))
-        except Exception:  # transformers' own assisted generation fails for this model: nothing of ours to test
+        except Exception:  # transformers' own run of the mode fails for this model: nothing of ours to test
             return False
         try:
             fullgraph_generate(model, probe, None, config)
