@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
+from pytest_fullgraph import loop_tracing
 from pytest_fullgraph.generation import UnsupportedGeneration
 from pytest_fullgraph.lookup import Lookup, check_rollback, chunk_positions, roll_back, start, verify
 from pytest_fullgraph.loop_steps import AssistSettings, DecodePlan, cache_length, last_scores, new_cache
@@ -183,7 +184,6 @@ def assisted_while_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: tor
                         limit: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Assisted decoding with the steps after the first as a ``while_loop`` body carrying both models' caches,
     exiting when generation ends (or ``limit`` tokens are reached: the buffers stay sized for the plan)."""
-    from torch._higher_order_ops import while_loop
 
     from pytest_fullgraph import loop_state
 
@@ -207,7 +207,7 @@ def assisted_while_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: tor
                       max_length)
         return (*after, *carried.tensors(caches[0]), *carried_draft.tensors(caches[1]))
 
-    final = while_loop(condition, body, (*state, *carried.tensors(), *carried_draft.tensors()))
+    final = loop_tracing.run_while(condition, body, (*state, *carried.tensors(), *carried_draft.tensors()))
     return final[0], final[1] - input_ids.shape[1]
 
 

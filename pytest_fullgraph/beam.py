@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import torch
 
-from pytest_fullgraph import beam_search, loop_processors, loop_state
+from pytest_fullgraph import beam_search, loop_processors, loop_state, loop_tracing
 from pytest_fullgraph.beam_search import Beams, Length
 from pytest_fullgraph.generation import UnsupportedGeneration
 from pytest_fullgraph.loop_steps import DecodePlan, forward_kwargs, generate_mask, last_scores
@@ -156,7 +156,6 @@ def beam_while_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.T
                     attention_mask: torch.Tensor, cache: Any, limit: torch.Tensor | None = None) -> BeamOutput:
     """Beam search with the decode steps as a ``while_loop`` body that exits at ``generate``'s stop (or after
     ``limit`` tokens, at most the plan's): prefill and its choice outside, the cache's tensors as loop state."""
-    from torch._higher_order_ops import while_loop
 
     assert plan.beams is not None
     settings = plan.beams
@@ -203,7 +202,7 @@ def beam_while_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.T
             step_scores = step_scores.clone()  # a while_loop body may not return its input itself
         return (steps + 1, go_on, positions, step_scores, *beams, *carried.tensors(step_cache))
 
-    state = while_loop(condition, body, (steps, go_on, positions, step_scores, *beams, *carried.tensors()))
+    state = loop_tracing.run_while(condition, body, (steps, go_on, positions, step_scores, *beams, *carried.tensors()))
     steps, final = state[0], Beams(*state[4:12])
     return BeamOutput(*beam_search.returned(final, settings), steps, state[3])
 

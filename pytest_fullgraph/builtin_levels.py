@@ -9,7 +9,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from pytest_fullgraph.breaks import compile_failure_types
 from pytest_fullgraph.generation import generate_fn, static_cache_config
 from pytest_fullgraph.levels import (
     GRAPHS_NOT_COUNTED,
@@ -17,7 +16,6 @@ from pytest_fullgraph.levels import (
     GraphRule,
     Level,
     Levels,
-    LoopNotCaptured,
     further_arguments,
 )
 
@@ -118,21 +116,6 @@ class WhileLevel(DecodeLevel):
                    "fullgraph=True: exactly one graph, whatever max_new_tokens")
     own_loop = "fullgraph_generate(loop='while')"
     loop = "while"
-
-    def run_own_loop_eagerly(self, model: PreTrainedModel, inputs: dict[str, Any],
-                             config: GenerationConfig) -> torch.Tensor:
-        """``while_loop`` traces its body even uncompiled, so a model that does not trace fails here. Whether the
-        model runs at all is then asked of the unrolled form, run eagerly: its failure is the model's own
-        (raised as it is); if it runs, the body could not be captured, which is a compile outcome
-        (``LoopNotCaptured``)."""
-        from pytest_fullgraph.decode import fullgraph_generate
-
-        try:
-            return super().run_own_loop_eagerly(model, inputs, config)
-        except compile_failure_types() as error:
-            fullgraph_generate(model, inputs["input_ids"], inputs["attention_mask"], config, loop="unrolled",
-                               **further_arguments(inputs))
-            raise LoopNotCaptured(error) from error
 
     def diagnose(self, model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig,
                  backend: CountingBackend) -> None:

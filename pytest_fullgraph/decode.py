@@ -275,7 +275,6 @@ def decode_while_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch
     (a 0-d tensor, at most ``plan.max_new_tokens``) stops it earlier, as ``generate(max_new_tokens=limit)``
     would: the buffers stay sized for the plan, so an exported program serves every length up to it.
     """
-    from torch._higher_order_ops import while_loop
 
     # sizes stay symbolic (no int()): an export with dynamic shapes would otherwise fix them to the example's
     batch, prompt_length = input_ids.shape[0], input_ids.shape[1]
@@ -318,7 +317,8 @@ def decode_while_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch
                                  functools.partial(loop_processors.tail, sequences, length + 1))
         return (steps + 1, next_tokens, positions, running, length + 1, sequences, *carried.tensors(step_cache))
 
-    state = while_loop(condition, body, (steps, tokens, positions, unfinished, length, sequences, *carried.tensors()))
+    state = loop_tracing.run_while(condition, body,
+                                   (steps, tokens, positions, unfinished, length, sequences, *carried.tensors()))
     return state[5], state[0]
 
 

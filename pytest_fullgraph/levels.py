@@ -77,15 +77,6 @@ class GraphsNotCounted(GraphRule):
 AT_LEAST_ONE_GRAPH, ONE_GRAPH, GRAPHS_NOT_COUNTED = GraphRule(), OneGraph(), GraphsNotCounted()
 
 
-class LoopNotCaptured(Exception):
-    """A level's loop failed to be captured while it ran uncompiled (a ``while_loop`` body is traced even then):
-    a compile outcome, judged as one, not an eager failure. ``error`` is what the capture raised."""
-
-    def __init__(self, error: BaseException) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
 def further_arguments(inputs: dict[str, Any]) -> dict[str, Any]:
     """A check's ``generate`` arguments besides the prompts (a scenario's ``prefix_allowed_tokens_fn``,
     ``tokenizer``): levels with a loop of their own hand them on, and the loop refuses what it cannot honour."""

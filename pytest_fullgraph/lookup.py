@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
+from pytest_fullgraph import loop_tracing
 from pytest_fullgraph.generation import UnsupportedGeneration
 from pytest_fullgraph.loop_steps import DecodePlan, DraftSettings, LookupSettings, forward_kwargs
 
@@ -202,7 +203,6 @@ def lookup_while_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch
                       limit: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Prompt lookup with the steps after the first as a ``while_loop`` body, exiting when generation ends (or
     ``limit`` tokens are reached: the buffers stay sized for the plan)."""
-    from torch._higher_order_ops import while_loop
 
     from pytest_fullgraph import loop_state
 
@@ -224,7 +224,7 @@ def lookup_while_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch
         after = _step(model, plan, settings, Lookup(sequence, length, running), step_cache, mask, pads, max_length)
         return (*after, *carried.tensors(step_cache))
 
-    final = while_loop(condition, body, (*state, *carried.tensors()))
+    final = loop_tracing.run_while(condition, body, (*state, *carried.tensors()))
     return final[0], final[1] - input_ids.shape[1]
 
 

@@ -1,13 +1,14 @@
 """What the ``while`` form needs to be traced by every supported dynamo: write-isolated stand-ins for objects a
 step changes (``view``), and side effects of transformers' and ``kernels``' wrappers lifted while the loop is
-traced (``traceable_loop``), with Python's own ``min``/``max`` for non-strict export (``python_min_max``).
+traced (``traceable_loop``), with Python's own ``min``/``max`` for non-strict export (``python_min_max``); and
+``run_while``, the one place the ``while`` forms call ``while_loop``.
 """
 
 from __future__ import annotations
 
 import builtins
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pytest_fullgraph.generation import UnsupportedGeneration
@@ -36,6 +37,35 @@ def _kernel_routers(model: Any) -> dict[Any, Any]:
                 "while_loop body cannot hold; use loop='unrolled'")
         routers[owner] = owner.__dict__["forward"]
     return routers
+
+
+def run_while(condition: Callable[..., Any], body: Callable[..., tuple[Any, ...]],
+              carried: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``while_loop(condition, body, carried)`` when compiled or exported; run uncompiled, the same body in a
+    Python loop.
+
+    Uncompiled, ``while_loop`` itself captures its body with dynamo on every call (seconds per call) and fails
+    wherever compiling fails, so the loop's eager run, the reference a compiled run is judged against, would
+    depend on the compiler. In Python the eager run is the loop's own arithmetic; whether its body can be
+    captured is then a compile outcome, met where the loop is compiled.
+    """
+    import torch
+
+    if torch.compiler.is_compiling() or _tracing():
+        from torch._higher_order_ops import while_loop
+
+        return tuple(while_loop(condition, body, carried))
+    while bool(condition(*carried)):
+        carried = tuple(body(*carried))
+    return carried
+
+
+def _tracing() -> bool:
+    """Whether a tracer other than dynamo is recording the calls (``make_fx``, a fake-tensor mode)."""
+    from torch._guards import detect_fake_mode
+    from torch.fx.experimental.proxy_tensor import get_proxy_mode
+
+    return get_proxy_mode() is not None or detect_fake_mode() is not None
 
 
 def _unrouted(forward: Any) -> Any:

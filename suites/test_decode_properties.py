@@ -142,8 +142,7 @@ def generation_cases(draw: st.DrawFn, vocab: int, loops: tuple[str, ...], beams:
 
 
 #: Loop forms each model (by identity: the session builds a model once per worker) offers, or why none, and
-#: whether its beam search runs: the probe traces the ``while`` body, so the parts of one model's examples ask
-#: it once.
+#: whether its beam search and draft modes run: the parts of one model's examples ask it once.
 _LOOPS_OFFERED: dict[int, tuple[PreTrainedModel, tuple[str, ...], str, bool, bool]] = {}
 
 
@@ -205,8 +204,6 @@ def _probe_loops(model: PreTrainedModel) -> tuple[tuple[str, ...], str]:
             loops.append(loop)
         except UnsupportedGeneration as error:
             reasons.append(str(error))
-        except compile_failure_types() as error:  # while_loop traces its body even eagerly
-            reasons.append(f"loop={loop!r} cannot trace the model: {type(error).__name__}")
     return tuple(loops), "; ".join(dict.fromkeys(reasons))
 
 
@@ -242,7 +239,7 @@ def test_fullgraph_generate_matches_generate_and_compiles_exactly(fullgraph_mode
                                                                   fullgraph_settings: Settings, part: int) -> None:
     model = fullgraph_model
     loops, beams, drafts = supported_loops(model)
-    compile_failure: list[str] = []  # set once the model itself is found not to compile
+    compile_failures: dict[str, str] = {}  # loop form -> why the model itself does not compile in it
 
     @settings(max_examples=examples(fullgraph_settings.run_slow), deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -260,7 +257,7 @@ def test_fullgraph_generate_matches_generate_and_compiles_exactly(fullgraph_mode
                 inputs = {"input_ids": ids, "attention_mask": mask, **further}
                 pytest.fail(f"eager {loop} loop != generate for {config.to_diff_dict()}"
                             f"{static_cache_verdict(model, inputs, config, seed, expected)}")
-            if compile_failure:
+            if loop in compile_failures:
                 return
             torch._dynamo.reset()
             try:
@@ -270,14 +267,15 @@ def test_fullgraph_generate_matches_generate_and_compiles_exactly(fullgraph_mode
                 reason = model_does_not_compile(model, loop)
                 if reason is None:
                     raise
-                compile_failure.append(reason)
+                compile_failures[loop] = reason
                 return
             assert torch.equal(compiled, eager), f"compiled {loop} loop != eager for {config.to_diff_dict()}"
 
     check()
-    if compile_failure:
+    if compile_failures:
         message = (f"eager loop == generate held on every example; the model does not compile with "
-                   f"fullgraph=True ({compile_failure[0]}), see its decode checks")
+                   f"fullgraph=True ({'; '.join(f'{loop}: {why}' for loop, why in compile_failures.items())}), "
+                   "see its decode and while checks")
         if fullgraph_settings.strict:
             pytest.fail(message)
         pytest.xfail(message)

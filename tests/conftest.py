@@ -98,8 +98,24 @@ TOY_CONFTEST = textwrap.dedent('''\
 
     register_model("toy_tie", lambda: build_tiny("llama", model_class=TiesWhenCompiled))
     register_model("toy_nohalf", lambda: build_tiny("llama", model_class=NoHalfKernels))
+
+
+    class StepBreak(LlamaForCausalLM):
+        """Breaks in the decode steps only: in the while form, inside the while_loop body."""
+
+        def forward(self, *args, **kwargs):
+            out = super().forward(*args, **kwargs)
+            if kwargs["input_ids"].shape[1] == 1 and out.logits.sum() > 0:  # planted: decode steps only
+                out.logits = out.logits + 0
+            return out
+
+
+    register_model("toy_step_break", lambda: build_tiny("llama", model_class=StepBreak))
 ''')
 PLANTED_BREAK_LINE = 9
+#: Where ``toy_step_break`` breaks (in decode steps only).
+STEP_BREAK_LINE = next(number for number, line in enumerate(TOY_CONFTEST.splitlines(), 1)
+                       if "planted: decode steps only" in line)
 
 
 

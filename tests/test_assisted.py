@@ -102,7 +102,7 @@ def test_each_step_drafts_and_keeps_what_generate_does(name: str, eos: str | Non
     assert steps == generate_steps
     if not name.startswith("near-"):
         return  # the while form's tokens, where its state carries a budget or a threshold cuts the draft
-    # the while form's body is traced even eagerly (no Python per step to record): its tokens
+    # the while form's tokens
     while_tokens = fullgraph_generate(TARGET, PROMPT, None, config, loop="while", assistant_model=DRAFTS[name]())
     assert torch.equal(while_tokens, expected)
 

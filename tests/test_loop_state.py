@@ -143,26 +143,30 @@ def test_the_while_level_is_one_graph_with_generates_tokens_past_the_window() ->
 
 def test_a_model_that_breaks_is_a_break_located_in_the_model_not_an_eager_failure(toy_project: pytest.Pytester,
                                                                                   tmp_path: Path) -> None:
-    """while_loop traces its body even when run uncompiled: the planted break surfaces there, and the check says
-    ``break`` at the model's line (found by the unrolled form's diagnostic pass), as the decode level does."""
-    from tests.conftest import PLANTED_BREAK_LINE, checks_by_id, read_report
+    """Run uncompiled, the while form runs in Python, so a model that breaks generates eagerly and its check says
+    ``break`` at the compiled stage, located at the model's line: in its prefill as dynamo meets it, and inside
+    the ``while_loop`` body as the higher-order op's cause (its own message ends in a colon; the break inside it
+    is the news). Every break is found by the unrolled form's diagnostic pass, as the decode level does."""
+    from tests.conftest import PLANTED_BREAK_LINE, STEP_BREAK_LINE, checks_by_id, read_report
 
-    result = toy_project.runpytest("--fullgraph-models=toy_break,toy", "-k", "greedy-while", "-p", "no:cacheprovider",
-                                   "-rx", f"--fullgraph-report={tmp_path}")
-    result.assert_outcomes(passed=1, xfailed=1)
-    check = checks_by_id(read_report(tmp_path))["toy_break-greedy-while"]
-    assert (check["outcome"], check["stage"]) == ("break", "compiled generation")
-    first = check["first_break"]
-    assert (first["file"], first["line"], first["origin"]) == ("conftest.py", PLANTED_BREAK_LINE, "user")
-    # the higher-order op's own message ends in a colon; the break inside it is the news, kept as its cause
-    inside = first["cause"]
-    assert first["exception"].endswith("UncapturedHigherOrderOpError") and inside is not None
-    assert (inside["gb_id"], inside["file"], inside["line"]) == ("GB0170", "conftest.py", PLANTED_BREAK_LINE)
+    result = toy_project.runpytest("--fullgraph-models=toy_break,toy_step_break,toy", "-k", "greedy-while",
+                                   "-p", "no:cacheprovider", "-rx", f"--fullgraph-report={tmp_path}")
+    result.assert_outcomes(passed=1, xfailed=2)
+    checks = checks_by_id(read_report(tmp_path))
+    for name, line in (("toy_break", PLANTED_BREAK_LINE), ("toy_step_break", STEP_BREAK_LINE)):
+        check = checks[f"{name}-greedy-while"]
+        assert (check["outcome"], check["stage"]) == ("break", "compiled generation")
+        assert [(b["file"], b["line"]) for b in check["breaks"] if b["root_cause"]] == [("conftest.py", line)]
+    prefill = checks["toy_break-greedy-while"]["first_break"]
+    assert (prefill["exception"], prefill["gb_id"]) == ("torch._dynamo.exc.Unsupported", "GB0170")
+    assert (prefill["file"], prefill["line"], prefill["origin"]) == ("conftest.py", PLANTED_BREAK_LINE, "user")
+    body = checks["toy_step_break-greedy-while"]["first_break"]
+    inside = body["cause"]
+    assert body["exception"].endswith("UncapturedHigherOrderOpError") and inside is not None
+    assert (inside["gb_id"], inside["file"], inside["line"]) == ("GB0170", "conftest.py", STEP_BREAK_LINE)
     assert inside["message"].startswith("Detected data-dependent branching")
     result.stdout.fnmatch_lines([f"*inside it: Data-dependent branching [[]GB0170[]] at conftest.py:"
-                                 f"{PLANTED_BREAK_LINE} in forward (user): Detected data-dependent branching*"])
-    assert [(b["file"], b["line"]) for b in check["breaks"] if b["root_cause"]] == [("conftest.py",
-                                                                                    PLANTED_BREAK_LINE)]
+                                 f"{STEP_BREAK_LINE} in forward (user): Detected data-dependent branching*"])
 
 
 def test_a_model_that_fails_eagerly_is_its_own_failure_at_the_while_level() -> None:
@@ -184,6 +188,11 @@ class _RoutingState:
 
 class _ReferenceFunction:
     """A kernel function of a module, not kernelized: its instance has no ``forward`` of its own."""
+
+
+def _compiled(function: Any) -> Any:
+    """The while form captured by dynamo (uncompiled, its body runs in Python)."""
+    return torch.compile(function, fullgraph=True, backend="eager")
 
 
 def _route_like_kernels(monkeypatch: pytest.MonkeyPatch, model: Any) -> Any:
@@ -217,7 +226,7 @@ def test_a_kernel_routing_wrapper_is_lifted_for_the_while_form_and_put_back(monk
     wrapper = attention.forward
     config = GenerationConfig(max_new_tokens=6, do_sample=False, pad_token_id=0, eos_token_id=None)
     expected = generate_fn(model)(input_ids=PROMPTS, generation_config=config)
-    assert torch.equal(fullgraph_generate(model, PROMPTS, None, config, loop="while"), expected)
+    assert torch.equal(fullgraph_generate(model, PROMPTS, None, config, loop="while", compiler=_compiled), expected)
     assert attention.forward is wrapper
 
 
@@ -232,7 +241,7 @@ def test_without_lifting_the_routing_wrapper_the_while_form_cannot_capture_it(mo
     monkeypatch.setattr(loop_tracing, "kernel_routing_lifted", lambda model, loop: contextlib.nullcontext())
     config = GenerationConfig(max_new_tokens=4, do_sample=False, pad_token_id=0, eos_token_id=None)
     with pytest.raises(Exception, match="side effect"):
-        fullgraph_generate(model, PROMPTS, None, config, loop="while")
+        fullgraph_generate(model, PROMPTS, None, config, loop="while", compiler=_compiled)
 
 
 def test_a_kernelized_function_is_named_not_silently_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
