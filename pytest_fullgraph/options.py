@@ -67,6 +67,8 @@ class Settings:
     run_slow: bool
     strict: bool
     report_dir: Path | None = None
+    #: where the run's failing checks get their reproducers when it ends (``--fullgraph-repro``), or None
+    repro_dir: Path | None = None
     #: "all": a failing check runs a diagnostic pass that records every break; "first": only the first
     breaks: str = "all"
     #: see ``SUITE_MODES``
@@ -107,12 +109,9 @@ class Settings:
 
 @dataclass(frozen=True)
 class Option:
-    """One fullgraph option: its flag, its ini key (= ``dest``), and how its text becomes a value.
-
-    ``default`` is the value when neither the command line, ``env`` nor the ini sets it (``slow_default`` in
-    the slow tier); ``field`` is the ``Settings`` attribute the value fills as is ("" when ``resolve_settings``
-    combines it with others); ``action="store_true"`` makes a flag whose ini key is a bool.
-    """
+    """One fullgraph option: its flag, its ini key (= ``dest``), and how its text becomes a value. ``default``: the
+    value when neither the command line, ``env`` nor the ini sets it (``slow_default`` in the slow tier); ``field``:
+    the ``Settings`` attribute it fills as is ("" when ``resolve_settings`` combines it with others)."""
 
     dest: str
     flag: str
@@ -177,6 +176,9 @@ OPTIONS: tuple[Option, ...] = (
                 f"{RUN_SLOW_ENV}, else ini: fullgraph_run_slow)"),
     Option("fullgraph_report", "--fullgraph-report", metavar="DIR", parse=parse_directory, field="report_dir",
            help="Write fullgraph-report.json, .md and .html into DIR (ini: fullgraph_report)"),
+    Option("fullgraph_repro", "--fullgraph-repro", metavar="DIR", parse=parse_absolute_directory, field="repro_dir",
+           help="When the run ends, write a script needing only torch and transformers per failing cause into DIR, "
+                "shrunk and verified as python -m pytest_fullgraph repro does, 10-60 s each (ini: fullgraph_repro)"),
     Option("fullgraph_artifacts", "--fullgraph-artifacts", metavar="DIR", parse=parse_absolute_directory,
            field="artifacts_dir",
            help="Save each passing export check's program into DIR as <check id>.pt2 with its metadata, loadable "
@@ -187,9 +189,8 @@ OPTIONS: tuple[Option, ...] = (
                 "AOTInductor package per program, tens of seconds each; ini: fullgraph_artifact_runtime)"),
     Option("fullgraph_cache_dir", "--fullgraph-cache-dir", metavar="DIR", parse=parse_absolute_directory,
            field="cache_dir",
-           help="Keep inductor's compile caches (FX graphs, kernels) in DIR, for this run's workers too, so a "
-                "second run reuses them (default: TORCHINDUCTOR_CACHE_DIR, else inductor's own temporary "
-                "directory; ini: fullgraph_cache_dir)"),
+           help="Keep inductor's compile caches in DIR, for this run's workers too, so a second run reuses them "
+                "(default: TORCHINDUCTOR_CACHE_DIR, else inductor's temporary directory; ini: fullgraph_cache_dir)"),
     Option("fullgraph_breaks", "--fullgraph-breaks", metavar="MODE", parse=Choice(BREAK_MODES, "a break mode"),
            field="breaks", default="all",
            help="'all': a check that breaks runs once more without fullgraph to record every break (default); "

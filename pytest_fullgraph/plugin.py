@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
-import os
 from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -59,9 +58,9 @@ def pytest_configure(config: pytest.Config) -> None:
     settings = options.resolve_settings(chosen, registry, options.read_shard_costs(chosen))
     if settings.cache_dir is not None:
         # inductor reads the variable when it first needs its cache; xdist workers, started later, inherit it
-        previous = os.environ.get(INDUCTOR_CACHE_ENV)
-        os.environ[INDUCTOR_CACHE_ENV] = str(settings.cache_dir)
-        config.add_cleanup(lambda: _restore_environment(INDUCTOR_CACHE_ENV, previous))
+        environment = pytest.MonkeyPatch()
+        environment.setenv(INDUCTOR_CACHE_ENV, str(settings.cache_dir))
+        config.add_cleanup(environment.undo)
     session = FullgraphSession(settings, registry, levels, is_worker=hasattr(config, "workerinput"))
     session.restore_trace_logger = compile_events.silence_structured_trace()
     if not session.is_worker:
@@ -72,13 +71,6 @@ def pytest_configure(config: pytest.Config) -> None:
     if settings.progress and not session.is_worker:
         checks, earlier = checks_by_parameters(session), options.read_costs_report(chosen)
         progress.show(config, lambda nodeid: checks.get(parameters_of_test_id(nodeid)), earlier)
-
-
-def _restore_environment(name: str, value: str | None) -> None:
-    if value is None:
-        os.environ.pop(name, None)
-    else:
-        os.environ[name] = value
 
 
 def suite_directory() -> Path:
@@ -261,9 +253,16 @@ class _ControllerHooks:
             "exitstatus": int(exitstatus),
             "interrupted": int(exitstatus) == pytest.ExitCode.INTERRUPTED or bool(stopped),
         }
-        if self.session.is_worker or self.session.settings.report_dir is None:
+        settings = self.session.settings
+        if self.session.is_worker:
             return
-        self.session.written = report.write(self.session.finish_report(), self.session.settings.report_dir)
+        if settings.report_dir is not None:
+            self.session.written = report.write(self.session.finish_report(), settings.report_dir)
+        if settings.repro_dir is not None:
+            from pytest_fullgraph.repro.command import reproduce_run  # the repro machinery loads only when asked
+
+            terminal = session.config.pluginmanager.get_plugin("terminalreporter")
+            self.session.repro_line = reproduce_run(self.session.finish_report(), settings.repro_dir, terminal)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.session.is_worker or not (self.session.results or self.session.crashed_workers):
@@ -273,6 +272,8 @@ class _ControllerHooks:
             terminalreporter.write_line(line)
         for path in self.session.written:
             terminalreporter.write_line(f"fullgraph report: {path}")
+        if self.session.repro_line:
+            terminalreporter.write_line(f"fullgraph reproducers: {self.session.repro_line}")
 
 
 # --- fixtures -------------------------------------------------------------------------------------------------

@@ -39,6 +39,8 @@ class FullgraphSession:
     crashed_workers: list[dict[str, str]] = field(default_factory=list)
     run_status: dict[str, Any] = field(default_factory=lambda: {"exitstatus": None, "interrupted": False})
     written: list[Path] = field(default_factory=list)
+    #: what ``--fullgraph-repro`` wrote, one line for the terminal summary ("" when not asked)
+    repro_line: str = ""
     #: puts torch's structured-trace logger back as it was before this session quietened it
     restore_trace_logger: Callable[[], None] = lambda: None
     #: this run's report, built once when the run ends

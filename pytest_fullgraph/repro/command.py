@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_fullgraph.models import Registry, session_registry
+from pytest_fullgraph.report.schema import Report
 from pytest_fullgraph.repro.case import Case, build_case, same_weights, script_for
 from pytest_fullgraph.repro.plan import Group, grouped
 from pytest_fullgraph.repro.reduce import quiet, reduce, run_here
@@ -231,7 +232,29 @@ def run(arguments: Sequence[str], output: Path, *, reduce_s: float, timeout_s: f
         print("no failing check in the reports: nothing to reproduce")
     entries = reproduce(chosen, environment, output, reduce_s=reduce_s, timeout_s=timeout_s,
                         say=lambda line: print(line, flush=True), python=interpreter)
-    written = sum(1 for entry in entries if entry.written)
-    print(f"{written} reproducer(s) written to {output}, {len(entries) - written} cause(s) without one; "
-          f"{output / INDEX_NAME} lists every check")
+    print(summary(entries, output))
     return 0
+
+
+def summary(entries: Sequence[Entry], output: Path) -> str:
+    """The closing line: scripts written, causes without one, and where the index is."""
+    written = sum(1 for entry in entries if entry.written)
+    return (f"{written} reproducer(s) written to {output}, {len(entries) - written} cause(s) without one; "
+            f"{output / INDEX_NAME} lists every check")
+
+
+def reproduce_run(run: Report, output: Path, terminal: Any) -> str:
+    """``--fullgraph-repro=DIR``: the reproducers of a run's failing checks, written as the run ends, a line each on
+    ``terminal`` (pytest's terminal reporter, or None); the closing line. The run's results are kept whatever
+    happens here: a failure of this step is that line."""
+    if run.interrupted:
+        return "reproducers not written: the run was interrupted (run python -m pytest_fullgraph repro on its report)"
+    say = (lambda line: terminal.write_line(f"fullgraph repro: {line}")) if terminal else (lambda line: None)
+    try:
+        failing = select(run.checks, [])
+        if failing and terminal:
+            terminal.write_line("")  # ends the progress line, which xdist leaves open
+        entries = reproduce(failing, run.environment, output, say=say)
+        return summary(entries, output) if failing else f"no failing check: {output / INDEX_NAME} lists none"
+    except Exception as error:  # the run's verdicts and report stand; say what stopped this step
+        return f"reproducers not written: {type(error).__name__}: {first_line(error)}"
