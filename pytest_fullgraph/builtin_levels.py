@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from pytest_fullgraph.generation import generate_fn, static_cache_config
+from pytest_fullgraph.hf_levels import HF_LEVELS
 from pytest_fullgraph.levels import (
     GRAPHS_NOT_COUNTED,
     ONE_GRAPH,
@@ -209,7 +210,8 @@ class ExportLevel(DecodeLevel):
 
 #: The built-in levels, in their canonical order (test ids, report columns).
 BUILTIN_LEVELS: tuple[type[Level], ...] = (ForwardLevel, GenerateLevel, DecodeLevel, ExportLevel, WhileLevel,
-                                           While64Level, While256Level, CudagraphsLevel, CudagraphsWhileLevel)
+                                           While64Level, While256Level, CudagraphsLevel, CudagraphsWhileLevel,
+                                           *HF_LEVELS)
 BUILTIN_LEVEL_NAMES = tuple(level.name for level in BUILTIN_LEVELS)
 
 

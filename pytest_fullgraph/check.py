@@ -284,7 +284,8 @@ def _compile_and_compare(run: _Run, eager: torch.Tensor) -> None:
             result.message += f"; CUDA graphs skipped: {'; '.join(result.cudagraph_skips)}"
         return
     result.outcome, result.mismatch = MISMATCH, _explained_difference(run, eager, compiled)
-    result.message = f"compiled tokens differ from eager at {result.mismatch.describe()}"
+    cause = seeded(run.seed, lambda: level.mismatch_cause(run.model, run.inputs, config, eager))
+    result.message = f"compiled tokens differ from eager at {result.mismatch.describe()}{cause}"
 
 
 def _judge_compile_failure(run: _Run, error: BaseException) -> None:

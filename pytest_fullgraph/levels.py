@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_fullgraph.results import BREAK, ERROR, MODE_NEVER_COMPILES
+from pytest_fullgraph.suggest import select_names
 
 if TYPE_CHECKING:
     import torch
@@ -99,6 +100,9 @@ class Level:
     slow_only: bool = False
     #: the device type the level needs ("cuda" for CUDA graphs); its checks elsewhere are skips that say so
     needs_device: str | None = None
+    #: collected only when ``--fullgraph-levels`` names it (by name, glob or ``all``): paths other than
+    #: compiling generation itself, such as transformers' own exporters, which a default run does not pay for
+    opt_in: bool = False
 
     def unavailable_reason(self, device: str) -> str | None:
         """Why the level cannot run on ``device`` (a skip, not a failure), or None when it can."""
@@ -131,6 +135,12 @@ class Level:
                  backend: CountingBackend) -> None:
         """Run once more so that dynamo reports every break (not just the first) through ``backend.trace``.
         Only checks that failed under fullgraph pay for this."""
+
+    def mismatch_cause(self, model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig,
+                       eager: torch.Tensor) -> str:
+        """After the compiled tokens differ from eager's: what the level can tell of whose fault it is, appended
+        to the message ("; ..."), or "" when it can tell nothing more than where."""
+        return ""
 
     def save_artifact(self, path: Path, model_name: str, runtime: str = "pt2") -> Path | None:
         """Save what the last ``run_compiled`` produced as a shippable artifact at ``path`` for ``runtime``
@@ -172,3 +182,16 @@ class Levels:
 
     def descriptions(self) -> dict[str, str]:
         return {name: level.description for name, level in self._levels.items()}
+
+    def default(self, run_slow: bool) -> tuple[str, ...]:
+        """The levels a run collects unless ``--fullgraph-levels`` says otherwise: in the slow tier every level
+        but the opt-in ones; without it, those not ``slow_only`` either."""
+        return tuple(name for name, level in self._levels.items()
+                     if not level.opt_in and (run_slow or not level.slow_only))
+
+    def select(self, expression: str, run_slow: bool) -> tuple[str, ...]:
+        """The levels a comma list of names (any case), ``all``, ``default`` and glob patterns selects, in
+        registration order; ``ValueError`` naming every entry that selects nothing, with close names. A level
+        named here runs whatever its tier or opt-in."""
+        return select_names(expression, list(self._levels), {"all": self._levels, "default": self.default(run_slow)},
+                            "level", f"default, all, globs such as hf_*, or a name: {', '.join(self._levels)}")

@@ -12,12 +12,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 import pytest
 
 from pytest_fullgraph.artifacts import RUNTIMES
+from pytest_fullgraph.builtin_levels import builtin_levels
+from pytest_fullgraph.levels import Levels
 from pytest_fullgraph.models import Registry
 from pytest_fullgraph.models.pretrained import register_directories
 from pytest_fullgraph.parsers import (
@@ -37,72 +38,23 @@ from pytest_fullgraph.parsers import (
 from pytest_fullgraph.report.files import load as load_report
 from pytest_fullgraph.report.schema import Report, ReportError
 from pytest_fullgraph.scenarios import BASIC
+from pytest_fullgraph.settings import (
+    ATTN_IMPLEMENTATIONS,
+    BACKENDS,
+    BREAK_MODES,
+    DEFAULT_DEVICE,
+    DEFAULT_MODELS,
+    DEFAULT_TIMEOUT,
+    DTYPES,
+    FAST_BACKEND,
+    FAST_MAX_NEW_TOKENS,
+    RUN_SLOW_ENV,
+    SLOW_BACKEND,
+    SLOW_MAX_NEW_TOKENS,
+    SUITE_MODES,
+    Settings,
+)
 from pytest_fullgraph.shard import Shard, model_costs, select_shard
-
-BACKENDS = ("eager", "aot_eager", "inductor")
-#: Dtypes a model can be checked in; float64 is the reference that judges rounding, not a dtype under test.
-DTYPES = ("float32", "bfloat16", "float16")
-DEFAULT_MODELS = "llama,gemma"
-#: Seconds one check may run; generous, since an inductor check of a large selection can take minutes.
-DEFAULT_TIMEOUT = 900.0
-FAST_BACKEND, SLOW_BACKEND = "aot_eager", "inductor"
-FAST_MAX_NEW_TOKENS, SLOW_MAX_NEW_TOKENS = 4, 16
-RUN_SLOW_ENV = "RUN_SLOW"
-BREAK_MODES = ("all", "first")
-#: ``attn_implementation`` values ``--fullgraph-attn`` takes (None: each model's own default, sdpa for most).
-ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention")
-DEFAULT_DEVICE = "cpu"
-#: When the shipped conformance suite (``pytest_fullgraph.suite``) is collected: "auto" when models are
-#: selected (command line or ini) and no test paths are given; "on" always; "off" never.
-SUITE_MODES = ("auto", "on", "off")
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Everything the checks need to know about this run; derived identically on every xdist worker."""
-
-    models: tuple[str, ...]
-    backend: str
-    max_new_tokens: int
-    run_slow: bool
-    strict: bool
-    report_dir: Path | None = None
-    #: where the run's failing checks get their reproducers when it ends (``--fullgraph-repro``), or None
-    repro_dir: Path | None = None
-    #: "all": a failing check runs a diagnostic pass that records every break; "first": only the first
-    breaks: str = "all"
-    #: see ``SUITE_MODES``
-    suite: str = "auto"
-    #: whether models were chosen explicitly (command line or ini) rather than by default
-    models_selected: bool = False
-    #: the dtypes every check runs in (the dtype axis of the test ids)
-    dtypes: tuple[str, ...] = ("float32",)
-    #: seconds a check may run before it is stopped and recorded as an error; 0: no limit
-    timeout: float = DEFAULT_TIMEOUT
-    #: where passing export checks save their programs (``--fullgraph-artifacts``), or None
-    artifacts_dir: Path | None = None
-    #: how passing export checks' programs are saved (``artifacts.RUNTIMES``)
-    artifact_runtime: str = "pt2"
-    #: where inductor keeps its compile caches (``--fullgraph-cache-dir``); None: inductor's default
-    cache_dir: Path | None = None
-    #: this run's part of the selection (``--fullgraph-shard``), as "I/N"; None when unsharded
-    shard: str | None = None
-    #: where models and inputs live (``--fullgraph-device``): "cpu", "cuda", "cuda:1", ...
-    device: str = DEFAULT_DEVICE
-    #: the scenarios every model runs (``--fullgraph-scenarios``), in the scenario table's order
-    scenarios: tuple[str, ...] = BASIC
-    #: the attention implementation every model is set to (``--fullgraph-attn``); None: the model's default
-    attn_implementation: str | None = None
-    #: a line after each finished check with the count and the time left (``--fullgraph-progress``)
-    progress: bool = False
-
-    def describe(self) -> dict[str, object]:
-        """The settings a report records (JSON builtins)."""
-        return {"models": list(self.models), "dtypes": list(self.dtypes), "backend": self.backend,
-                "max_new_tokens": self.max_new_tokens, "run_slow": self.run_slow, "strict": self.strict,
-                "breaks": self.breaks, "timeout": self.timeout, "shard": self.shard, "device": self.device,
-                "scenarios_selected": list(self.scenarios), "attn_implementation": self.attn_implementation}
-
 
 # --- the table --------------------------------------------------------------------------------------------------
 
@@ -147,6 +99,9 @@ OPTIONS: tuple[Option, ...] = (
            help="Comma list of scenarios (generation features) every model runs: names, 'all', 'basic' and glob "
                 "patterns (top_*); python -m pytest_fullgraph scenarios lists them "
                 "(default: basic, i.e. greedy, sample, eos, padded; ini: fullgraph_scenarios)"),
+    Option("fullgraph_levels", "--fullgraph-levels", metavar="NAMES", parse=parse_text, default="default",
+           help="Comma list of levels every check runs at: names, 'all', 'default' (the tier's levels, without the "
+                "opt-in ones such as hf_*) and glob patterns (default: default; ini: fullgraph_levels)"),
     Option("fullgraph_exclude", "--fullgraph-exclude", metavar="NAMES", parse=parse_text,
            help="Comma list of models to leave out of the selection, in the same forms (ini: fullgraph_exclude)"),
     Option("fullgraph_shard", "--fullgraph-shard", metavar="I/N", parse=parse_shard,
@@ -276,8 +231,8 @@ def read_options(config: pytest.Config) -> dict[str, Chosen]:
     return {option.dest: _read(config, option, run_slow) for option in OPTIONS}
 
 
-def resolve_settings(chosen: Mapping[str, Chosen], registry: Registry,
-                     costs: Mapping[str, float] | None = None) -> Settings:
+def resolve_settings(chosen: Mapping[str, Chosen], registry: Registry, costs: Mapping[str, float] | None = None,
+                     levels: Levels | None = None) -> Settings:
     """The run's settings from ``read_options``'s values; no side effects.
 
     ``registry`` already holds the ``--fullgraph-pretrained`` checkpoints and ``costs`` comes from
@@ -293,7 +248,17 @@ def resolve_settings(chosen: Mapping[str, Chosen], registry: Registry,
             raise pytest.UsageError(f"{chosen['fullgraph_shard'].source}: {error}") from None
     given = {option.field: chosen[option.dest].value for option in OPTIONS if option.field}
     selected = bool(chosen["fullgraph_models"].source or chosen["fullgraph_pretrained"].value)
-    return Settings(models=models, models_selected=selected, shard=shard.label if shard else None, **given)
+    return Settings(models=models, models_selected=selected, shard=shard.label if shard else None,
+                    levels=select_levels(chosen, levels or builtin_levels()), **given)
+
+
+def select_levels(chosen: Mapping[str, Chosen], levels: Levels) -> tuple[str, ...]:
+    """The levels ``--fullgraph-levels`` selects among those registered, in registration order."""
+    option = chosen["fullgraph_levels"]
+    try:
+        return levels.select(option.value, bool(chosen["fullgraph_run_slow"].value))
+    except ValueError as error:
+        raise pytest.UsageError(f"{option.source or OPTION['fullgraph_levels'].flag}: {error}") from None
 
 
 def select_models(chosen: Mapping[str, Chosen], registry: Registry) -> tuple[str, ...]:

@@ -55,7 +55,7 @@ def pytest_configure(config: pytest.Config) -> None:
     chosen = options.read_options(config)
     # the two effects of the options, before the selection: every worker reads the same checkpoints and costs
     options.register_checkpoints(registry, chosen)
-    settings = options.resolve_settings(chosen, registry, options.read_shard_costs(chosen))
+    settings = options.resolve_settings(chosen, registry, options.read_shard_costs(chosen), levels)
     if settings.cache_dir is not None:
         # inductor reads the variable when it first needs its cache; xdist workers, started later, inherit it
         environment = pytest.MonkeyPatch()
@@ -135,14 +135,15 @@ def models_label(names: tuple[str, ...], shown: int = 8) -> str:
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    settings = config.stash[SESSION_KEY].settings
-    tier = "slow" if settings.run_slow else "fast"
+    session = config.stash[SESSION_KEY]
+    settings, tier = session.settings, "slow" if session.settings.run_slow else "fast"
     return (f"fullgraph: models={models_label(settings.models)} backend={settings.backend} "
             f"max_new_tokens={settings.max_new_tokens} tier={tier} strict={settings.strict} "
             f"dtypes={','.join(settings.dtypes)}" + (f" shard={settings.shard}" if settings.shard else "")
             + (f" device={settings.device}" if settings.device != "cpu" else "")
             + (f" scenarios={','.join(settings.scenarios)}" if settings.scenarios != BASIC else "")
-            + (f" attn={settings.attn_implementation}" if settings.attn_implementation else ""))
+            + (f" attn={settings.attn_implementation}" if settings.attn_implementation else "")
+            + (f" levels={','.join(settings.levels)}" if settings.levels != session.collected_default() else ""))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

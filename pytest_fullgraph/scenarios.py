@@ -6,13 +6,12 @@ for a model (prompts, config, the tokens it picks).
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_fullgraph.models.tiny import FIRST_PROMPT_ID
-from pytest_fullgraph.suggest import LIST_SCENARIOS, did_you_mean, spelled
+from pytest_fullgraph.suggest import LIST_SCENARIOS, select_names
 
 
 @dataclass(frozen=True)
@@ -222,25 +221,6 @@ BASIC = tuple(name for name, scenario in SCENARIOS.items() if scenario.basic)
 def select_scenarios(expression: str) -> tuple[str, ...]:
     """The scenario names a comma list of names (in any case), ``all``, ``basic`` and glob patterns selects, in
     table order; ``ValueError`` naming every entry that selects nothing, with close names."""
-    entries = [entry.strip() for entry in expression.split(",") if entry.strip()]
-    chosen: set[str] = set()
-    problems: list[str] = []
-    for entry in entries:
-        key, glob = entry.lower(), any(character in entry for character in "*?[")
-        if key == "all":
-            matched = set(SCENARIOS)
-        elif key == "basic":
-            matched = set(BASIC)
-        elif glob:
-            matched = {name for name in SCENARIOS if fnmatch.fnmatchcase(name, key)}
-        else:
-            name = spelled(entry, SCENARIOS)
-            matched = {name} if name else set()
-        if not matched:
-            problems.append(f"{entry!r} matches no scenario" if glob
-                            else f"unknown scenario {entry!r}{did_you_mean(entry, SCENARIOS)}")
-        chosen |= matched
-    if problems or not entries:
-        raise ValueError(f"{', '.join(problems) or 'no scenario given'}; valid: all, basic (the default), globs "
-                         f"such as top_*, or a name: {LIST_SCENARIOS} lists all {len(SCENARIOS)}")
-    return tuple(name for name in SCENARIOS if name in chosen)
+    return select_names(expression, list(SCENARIOS), {"all": SCENARIOS, "basic": BASIC}, "scenario",
+                        f"all, basic (the default), globs such as top_*, or a name: {LIST_SCENARIOS} lists all "
+                        f"{len(SCENARIOS)}")

@@ -18,9 +18,9 @@ from pytest_fullgraph.environment import environment
 from pytest_fullgraph.levels import Levels
 from pytest_fullgraph.model_cache import BuildFailed, ModelCache, ModelEntry, Unavailable
 from pytest_fullgraph.models import Registry
-from pytest_fullgraph.options import DTYPES, Settings
 from pytest_fullgraph.results import DEFAULT_DTYPE, ERROR, SKIP, CheckResult
 from pytest_fullgraph.scenarios import SCENARIOS
+from pytest_fullgraph.settings import DTYPES, Settings
 
 #: Where a test's results travel from the fixture to its report (and from workers to the controller).
 RESULTS_KEY = pytest.StashKey[list[CheckResult]]()
@@ -107,8 +107,13 @@ class FullgraphSession:
         return self.levels[level].max_new_tokens(self.settings.max_new_tokens)
 
     def collected_levels(self) -> tuple[str, ...]:
-        """The levels of the test ids: all of them in the slow tier; without it, those not ``slow_only``."""
-        return tuple(name for name in self.levels if self.settings.run_slow or not self.levels[name].slow_only)
+        """The levels of the test ids: ``--fullgraph-levels``' choice (by default the tier's, see
+        ``Levels.default``)."""
+        return self.settings.levels or self.collected_default()
+
+    def collected_default(self) -> tuple[str, ...]:
+        """The levels a run of this tier collects when ``--fullgraph-levels`` is not given."""
+        return self.levels.default(self.settings.run_slow)
 
     def record_crash(self, nodeid: str, worker: str, check: tuple[str, str, str, str] | None) -> None:
         """A worker died while running ``nodeid``: name the test, and record its check (model, scenario, level,

@@ -7,7 +7,8 @@ most ``MAX_SUGGESTIONS`` close names (difflib), never the whole list, which is w
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+import fnmatch
+from collections.abc import Iterable, Mapping, Sequence
 
 MAX_SUGGESTIONS = 5
 #: How alike (difflib's ratio) a name must be to count as the one a typo meant: lama/llama 0.89, late/plbart 0.6.
@@ -45,3 +46,29 @@ def did_you_mean(entry: str, names: Iterable[str]) -> str:
     """`` (did you mean llama, mllama?)``, or "" when no name is close."""
     close = close_names(entry, names)
     return f" (did you mean {', '.join(close)}?)" if close else ""
+
+
+def select_names(expression: str, names: Sequence[str], groups: Mapping[str, Iterable[str]], kind: str,
+                 valid: str) -> tuple[str, ...]:
+    """The ``names`` a comma list of names (any case), group keywords (``groups``: ``all``, ``basic``, ...) and
+    glob patterns selects, in ``names``' order; ``ValueError`` naming every entry that selects nothing (a
+    ``kind``), with close names, then ``valid``."""
+    entries = [entry.strip() for entry in expression.split(",") if entry.strip()]
+    chosen: set[str] = set()
+    problems: list[str] = []
+    for entry in entries:
+        key, glob = entry.lower(), any(character in entry for character in "*?[")
+        if key in groups:
+            matched = set(groups[key])
+        elif glob:
+            matched = {name for name in names if fnmatch.fnmatchcase(name, key)}
+        else:
+            name = spelled(entry, names)
+            matched = {name} if name else set()
+        if not matched:
+            problems.append(f"{entry!r} matches no {kind}" if glob
+                            else f"unknown {kind} {entry!r}{did_you_mean(entry, names)}")
+        chosen |= matched
+    if problems or not entries:
+        raise ValueError(f"{', '.join(problems) or f'no {kind} given'}; valid: {valid}")
+    return tuple(name for name in names if name in chosen)

@@ -31,8 +31,8 @@ from pytest_fullgraph.inputs import left_padded_prompts, model_generation_defaul
 from pytest_fullgraph.modeling import moved_to, vocab_size
 from pytest_fullgraph.models import tiny
 from pytest_fullgraph.models.draft import build_draft
-from pytest_fullgraph.options import Settings
 from pytest_fullgraph.results import first_line
+from pytest_fullgraph.settings import Settings
 
 FAST_EXAMPLES = 8
 SLOW_EXAMPLES = 100

@@ -17,8 +17,8 @@ from pytest_fullgraph.generation import generate_fn
 from pytest_fullgraph.inputs import left_padded_prompts, model_generation_defaults
 from pytest_fullgraph.modeling import vocab_size
 from pytest_fullgraph.models import tiny
-from pytest_fullgraph.options import Settings
 from pytest_fullgraph.results import first_line
+from pytest_fullgraph.settings import Settings
 
 #: Prompt lengths per row: the export's example first, then a larger batch of shorter prompts, then longer ones.
 SHAPES = ((8, 5), (5, 2, 4), (12, 9))

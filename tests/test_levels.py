@@ -44,6 +44,36 @@ def test_a_level_registered_by_hook_is_in_ids_report_and_markdown(toy_project: p
     assert "- level `replay`: model.generate again, uncompiled: a level from a conftest" in page
 
 
+def test_fullgraph_levels_selects_by_name_glob_and_keyword_and_opt_in_levels_only_when_named(
+        toy_project: pytest.Pytester) -> None:
+    """An opt-in level (a conftest's, like transformers' exporter levels) is collected only when named; a glob or a
+    name selects any level, the slow tier's too; the header names a selection that is not the default."""
+    toy_project.makepyfile(conftest=(toy_project.path / "conftest.py").read_text() + "\n" + TOY_LEVEL
+                           + "\nReplayLevel.opt_in = True\n")
+
+    def collected(*arguments: str) -> list[str]:
+        result = toy_project.runpytest("--fullgraph-models=toy", "--fullgraph-scenarios=greedy", "--co", "-q",
+                                       "-p", "no:cacheprovider", *arguments)
+        return [line.split("toy-greedy-")[1].split("-")[0] for line in result.stdout.lines if "toy-greedy-" in line]
+
+    assert collected() == ["forward", "generate", "decode", "export", "while"]
+    assert collected("--fullgraph-levels=default,replay") == ["forward", "generate", "decode", "export", "while",
+                                                             "replay"]
+    assert collected("--fullgraph-levels=WHILE*") == ["while", "while64", "while256"]
+    assert "replay" in collected("--fullgraph-levels=all")
+    result = toy_project.runpytest("--fullgraph-models=toy", "--fullgraph-levels=re*", "--co", "-p",
+                                   "no:cacheprovider")
+    result.stdout.fnmatch_lines(["fullgraph: models=toy * levels=replay"])
+
+
+def test_an_unknown_level_is_a_usage_error_with_close_names(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--fullgraph-models=llama", "--fullgraph-levels=decod,onnx_*")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--fullgraph-levels: unknown level 'decod' (did you mean decode?), 'onnx_[*]' "
+                                 "matches no level; valid: default, all, globs such as hf_[*], or a name: forward, "
+                                 "generate*hf_dynamo*"])
+
+
 def test_a_level_name_that_breaks_test_ids_is_refused(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(TOY_LEVEL.replace('name = "replay"', 'name = "re-play"'))
     pytester.makepyfile("def test_x():\n    pass\n")

@@ -1,0 +1,133 @@
+"""A reference host loop for programs transformers' own export paths produce, and those paths' runs.
+
+transformers' exporters (``transformers.exporters``) export a model's forward as a ``prefill`` and a ``decode``
+program; the caller writes the loop. ``host_loop`` is that loop, written once so every path is judged alike: it
+feeds each forward what ``generate`` fed it at that step (``GenerateSteps``: the masks, positions and cache
+``generate`` built, recorded from a run with a static cache), with the token chosen from the previous step's
+logits. Greedy only: the programs return logits, and sampling would be the host's, not the export's. Driven
+with the eager forward it must give ``generate``'s tokens (the loop is right); driven with a path's programs,
+any difference is the path's.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import inspect
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pytest_fullgraph.generation import UnsupportedGeneration, generate_fn
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import GenerationConfig, PreTrainedModel
+
+#: A forward the host loop calls: keyword arguments as ``generate`` passes them; the model's output back.
+Forward = Callable[..., Any]
+
+
+@dataclass
+class GenerateSteps:
+    """What ``generate`` fed the forward at each step (tensors and the cache only), and its tokens."""
+
+    steps: list[dict[str, Any]]
+    sequences: torch.Tensor
+    pad_token_id: int
+    eos_token_ids: tuple[int, ...]
+    #: the cache as ``generate`` handed it to the first forward, before anything filled it
+    initial_cache: Any = None
+
+    @property
+    def prompt(self) -> torch.Tensor:
+        return self.sequences[:, :self.steps[0]["input_ids"].shape[1]]
+
+
+def refuse_unless_greedy(config: GenerationConfig, path: str) -> None:
+    """The host loop picks the top logit and nothing else: other decoding is refused by name (a skip)."""
+    from transformers.generation.configuration_utils import GenerationMode
+
+    mode = config.get_generation_mode()
+    if mode != GenerationMode.GREEDY_SEARCH:
+        raise UnsupportedGeneration(f"{path} is checked with greedy decoding (its programs return logits; "
+                                    f"{mode.value} would be the host's work), not {mode.value}")
+    processors = [name for name in ("repetition_penalty", "no_repeat_ngram_size", "bad_words_ids", "sequence_bias",
+                                    "min_length", "min_new_tokens", "suppress_tokens", "begin_suppress_tokens",
+                                    "forced_bos_token_id", "forced_eos_token_id", "exponential_decay_length_penalty",
+                                    "guidance_scale", "watermarking_config", "renormalize_logits",
+                                    "remove_invalid_values", "stop_strings", "max_time")
+                  if getattr(config, name, None) not in (None, False, 1.0, 0, [])]
+    if processors:
+        raise UnsupportedGeneration(f"{path} is checked with plain greedy decoding; {', '.join(processors)} would "
+                                    "be the host loop's logits processing, not the exported program's")
+
+
+@contextmanager
+def _recorded_forwards(model: PreTrainedModel) -> Iterator[list[dict[str, Any]]]:
+    """Every forward call's keyword arguments while the block runs (positional ones bound to their names)."""
+    original = model.forward
+    signature = inspect.signature(original)
+    calls: list[dict[str, Any]] = []
+
+    @functools.wraps(original)  # generate reads the forward's signature to decide what to pass
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs).arguments
+        call = {**{k: v for k, v in bound.items() if k != "kwargs"}, **bound.get("kwargs", {})}
+        if not calls:  # unfilled yet: the cache a host loop starts from
+            call["initial_cache"] = copy.deepcopy(call.get("cache"))
+        calls.append(call)
+        return original(*args, **kwargs)
+
+    own = vars(model).get("forward")
+    model.forward = recording
+    try:
+        yield calls
+    finally:
+        if own is None:
+            del model.forward  # the class's forward again
+        else:
+            model.forward = own
+
+
+def generate_steps(model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig) -> GenerateSteps:
+    """Run ``generate`` with ``config`` (a static cache) and record what it fed each step."""
+    import torch
+
+    with torch.no_grad(), _recorded_forwards(model) as calls:
+        sequences = generate_fn(model)(**inputs, generation_config=config)
+    initial_cache = calls[0].pop("initial_cache") if calls else None
+    steps = [{name: value for name, value in call.items()
+              if isinstance(value, torch.Tensor) or name == "cache"} for call in calls]
+    eos = config.eos_token_id
+    eos_ids = tuple(eos if isinstance(eos, list) else [] if eos is None else [eos])
+    return GenerateSteps(steps, sequences, int(config.pad_token_id or 0), eos_ids, initial_cache)
+
+
+def host_loop(prefill: Forward, decode: Forward, recorded: GenerateSteps, cache: Any) -> torch.Tensor:
+    """Greedy generation as ``generate`` drives the forward: step ``k`` gets what ``generate`` passed at step
+    ``k``, with this loop's own token and ``cache`` (a fresh one, shaped as the programs were exported with).
+    Rows that emit an EOS get the pad token after it, as ``generate`` pads them."""
+    import torch
+
+    prompt = recorded.prompt
+    running = torch.ones(prompt.shape[0], dtype=torch.bool, device=prompt.device)
+    chosen: list[torch.Tensor] = []
+    output: Any = None
+    for index, recorded_step in enumerate(recorded.steps):
+        step = {**recorded_step, "cache": output.cache if output is not None and getattr(output, "cache", None)
+                is not None else cache}
+        if index:
+            step["input_ids"] = chosen[-1][:, None]
+        output = (decode if index else prefill)(**step)
+        token = output.logits[:, -1].argmax(-1)
+        token = torch.where(running, token, torch.full_like(token, recorded.pad_token_id))
+        running &= ~torch.isin(token, torch.tensor(recorded.eos_token_ids, dtype=token.dtype))
+        chosen.append(token)
+    return torch.cat([prompt, torch.stack(chosen, dim=1)], dim=1)
+
+
+def fresh_cache(recorded: GenerateSteps) -> Any:
+    """A copy of the cache ``generate`` started from, unfilled, as the programs were exported with it."""
+    return copy.deepcopy(recorded.initial_cache)

@@ -1,0 +1,84 @@
+"""transformers' own export paths as levels (opt-in, ``--fullgraph-levels=hf_*``): its exporters' programs in a
+host loop fed as ``generate`` feeds the forward, and its ExecuTorch helper as users call it."""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+import pytest
+import torch
+
+from pytest_fullgraph import build_tiny, run_check
+from pytest_fullgraph.generation import static_cache_config
+from pytest_fullgraph.hf_export import fresh_cache, generate_steps, host_loop
+from pytest_fullgraph.inputs import generation_config, make_inputs
+from pytest_fullgraph.scenarios import SCENARIOS
+
+
+def test_the_host_loop_over_the_eager_forward_is_generates_and_a_wrong_step_shows() -> None:
+    """The reference loop itself: fed as generate feeds the forward, the eager model gives generate's tokens;
+    a forward that feeds one step wrongly (a position off by one) does not, so a passing level means something."""
+    model = build_tiny("llama")
+    scenario = SCENARIOS["padded"]
+    inputs = make_inputs(model, scenario)
+    config = static_cache_config(generation_config(scenario, 4, None, {}))
+    recorded = generate_steps(model, inputs, config)
+    assert torch.equal(host_loop(model, model, recorded, fresh_cache(recorded)), recorded.sequences)
+
+    def off_by_one(**step: Any) -> Any:
+        return model(**{**step, "position_ids": step["position_ids"] + 1})
+
+    assert not torch.equal(host_loop(model, off_by_one, recorded, fresh_cache(recorded)), recorded.sequences)
+
+
+def test_transformers_dynamo_exporter_gives_generates_tokens_on_a_padded_batch() -> None:
+    result = run_check(build_tiny("llama"), "llama", "padded", "hf_dynamo", "aot_eager", 4)
+    assert (result.outcome, result.message) == ("pass", "tokens equal to eager"), result.message
+
+
+def test_the_executorch_helper_is_a_mismatch_blamed_on_its_position_feed() -> None:
+    """TorchExportableModuleWithStaticCache.generate feeds the first new token one position past the prompt's
+    last; the same exported program fed the right positions gives generate's tokens (transformers 5.24)."""
+    result = run_check(build_tiny("llama"), "llama", "greedy", "hf_et_helper", "aot_eager", 4)
+    assert result.outcome == "mismatch", result.message
+    assert result.mismatch is not None and result.mismatch.position >= 1  # the first new token is still right
+    assert "the helper's loop is at fault" in result.message and "cache_position P+1" in result.message
+
+
+def test_a_helper_that_feeds_the_right_positions_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The verdict above is the helper's, not the level's: a helper with the right positions passes."""
+    from transformers.integrations import executorch
+
+    from pytest_fullgraph import hf_levels
+
+    def right(program: Any, prompt: torch.Tensor, new_tokens: int) -> torch.Tensor:
+        return hf_levels._positions_loop(program.module(), prompt, new_tokens)
+
+    monkeypatch.setattr(executorch.TorchExportableModuleWithStaticCache, "generate", staticmethod(right))
+    result = run_check(build_tiny("llama"), "llama", "greedy", "hf_et_helper", "aot_eager", 4)
+    assert result.outcome == "pass", result.message
+
+
+@pytest.mark.parametrize(("level", "scenario", "reason"), [
+    ("hf_dynamo", "sample", "is checked with greedy decoding"),
+    ("hf_dynamo", "repetition_penalty", "repetition_penalty would be the host loop's logits processing"),
+    ("hf_et_helper", "padded", "takes no attention mask"),
+    ("hf_et_helper", "eos", "has no EOS stop"),
+])
+def test_what_a_path_cannot_do_is_a_skip_saying_why(level: str, scenario: str, reason: str) -> None:
+    result = run_check(build_tiny("llama"), "llama", scenario, level, "aot_eager", 4)
+    assert result.outcome == "skip" and reason in result.message, result.message
+
+
+@pytest.mark.parametrize(("level", "extra", "package"), [("hf_onnx", "onnx", "onnxscript"),
+                                                         ("hf_executorch", "executorch", "executorch")])
+def test_without_its_extra_a_level_is_a_skip_naming_it(level: str, extra: str, package: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == package else found(name, *a))
+    result = run_check(build_tiny("llama"), "llama", "greedy", level, "aot_eager", 4)
+    assert result.outcome == "skip", result.message
+    assert f"needs {package}" in result.message or package in result.message
+    assert f"pip install 'pytest_fullgraph[{extra}]'" in result.message
+
