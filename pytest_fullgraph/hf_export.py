@@ -98,11 +98,18 @@ def generate_steps(model: PreTrainedModel, inputs: dict[str, Any], config: Gener
     with torch.no_grad(), _recorded_forwards(model) as calls:
         sequences = generate_fn(model)(**inputs, generation_config=config)
     initial_cache = calls[0].pop("initial_cache") if calls else None
-    steps = [{name: value for name, value in call.items()
-              if isinstance(value, torch.Tensor) or name == "cache"} for call in calls]
+    steps = [{name: value for name, value in call.items() if name == "cache" or _holds_tensors(value)}
+             for call in calls]
     eos = config.eos_token_id
     eos_ids = tuple(eos if isinstance(eos, list) else [] if eos is None else [eos])
     return GenerateSteps(steps, sequences, int(config.pad_token_id or 0), eos_ids, initial_cache)
+
+
+def _holds_tensors(value: Any) -> bool:
+    """A forward input the programs take: a tensor, or a container (hybrid models' masks by layer type, whose
+    entries may be None where a layer type needs none); Python values (``use_cache``, ``logits_to_keep``) are
+    constants of the exported programs."""
+    return value is not None and not isinstance(value, (bool, int, float, str))
 
 
 def host_loop(prefill: Forward, decode: Forward, recorded: GenerateSteps, cache: Any) -> torch.Tensor:
