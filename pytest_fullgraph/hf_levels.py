@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import importlib.util
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from pytest_fullgraph.generation import UnsupportedGeneration, static_cache_config
@@ -220,7 +220,8 @@ def _positions_loop(module: Any, row: torch.Tensor, new_tokens: int) -> torch.Te
     return torch.cat([row, torch.stack(tokens, dim=1)], dim=1)
 
 
-def _rows(inputs: dict[str, Any], generate_row: Any) -> torch.Tensor:
+def _rows(inputs: dict[str, Any], generate_row: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """Each prompt row generated alone (the helper takes one), stacked."""
     import torch
 
     return torch.cat([generate_row(row[None]) for row in inputs["input_ids"]], dim=0)
