@@ -1,8 +1,8 @@
 """A whole generation, exported as one program, saved as an artifact a user can ship, and loaded back.
 
-The runtimes are a table (``RUNTIMES``): each has a writer, a loader, a file suffix and the loop forms it
-accepts, so a new one (ExecuTorch's .pte) is a row, not a branch. Beside every artifact goes a metadata file
-(``<artifact>.json``): the model, the generation settings baked into the program, the input shapes it was
+The runtimes are a table (``RUNTIMES``): each has a writer, a loader, a file suffix, the loop forms it accepts
+and what else it refuses, so a new one (ExecuTorch's .pte) is a row, not a branch. Beside every artifact goes a
+metadata file (``<artifact>.json``): the model, the generation settings baked into the program, the input shapes it was
 exported for, and the torch / transformers / pytest_fullgraph versions. ``load_generate`` checks all of it before
 it runs anything: an AOTInductor package does not check its inputs itself (fed another shape it returned wrong
 tokens, measured), and a program from another torch may not load or may load and differ.
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_fullgraph import executorch_runtime
 from pytest_fullgraph.suggest import did_you_mean
 
 if TYPE_CHECKING:
@@ -48,6 +49,8 @@ class Runtime:
     description: str
     write: Callable[[ExportedProgram, Path], None]
     load: Callable[[Path], RawProgram]
+    #: why this runtime cannot take a program, from its metadata (None: it can), said before writing starts
+    refusal: Callable[[dict[str, Any]], str | None] = lambda metadata: None
 
 
 def _write_pt2(program: ExportedProgram, path: Path) -> None:
@@ -83,6 +86,14 @@ RUNTIMES: dict[str, Runtime] = {runtime.name: runtime for runtime in (
     Runtime("aoti", ".aoti.pt2", ("unrolled", "while"),
             "an AOTInductor package (torch._inductor.aoti_compile_and_package): compiled C++ kernels, run by "
             "torch._inductor.aoti_load_package", _write_aoti, _load_aoti),
+    Runtime("executorch", ".pte", ("unrolled",),
+            "an ExecuTorch program with the XNNPACK delegate, run by ExecuTorch's runtime (extra: executorch)",
+            lambda program, path: executorch_runtime.write(program, path, delegate=True),
+            executorch_runtime.load, executorch_runtime.refusal),
+    Runtime("executorch_portable", ".portable.pte", ("unrolled",),
+            "an ExecuTorch program on its portable kernels alone, no delegate (extra: executorch)",
+            lambda program, path: executorch_runtime.write(program, path, delegate=False),
+            executorch_runtime.load, executorch_runtime.refusal),
 )}  # fmt: skip
 
 
@@ -113,6 +124,9 @@ def save_generate(generate: Any, path: str | Path, *, runtime: str = "pt2", mode
     if metadata["loop"] not in chosen.loop_forms:
         raise ArtifactError(f"runtime {runtime!r} takes the loop forms {', '.join(chosen.loop_forms)}, not "
                             f"{metadata['loop']!r}")
+    refused = chosen.refusal(metadata)
+    if refused is not None:
+        raise ArtifactError(f"runtime {runtime!r} {refused}")
     path = Path(path)
     if not path.name.endswith(chosen.suffix):
         path = path.with_name(path.name + chosen.suffix)

@@ -446,6 +446,7 @@ def export_generate(
     strict: bool = False,
     dynamic: bool = False,
     max_prompt_length: int | None = None,
+    max_batch_size: int | None = None,
     loop: str = "unrolled",
     **generate_arguments: Any,
 ) -> ExportedGeneration:
@@ -454,8 +455,9 @@ def export_generate(
     Returns a callable ``(input_ids, attention_mask) -> tokens`` that runs the ``ExportedProgram`` and trims
     like ``generate``. The generation settings are baked into the program; the cache lives inside it.
     ``dynamic=True`` exports one program for batch sizes from 2 up and prompt lengths up to
-    ``max_prompt_length`` (default: twice the example's), with a cache sized for that longest prompt;
-    otherwise the program takes inputs of this shape only. ``loop="while"`` exports the ``while_loop`` form,
+    ``max_prompt_length`` (default: twice the example's), with a cache sized for that longest prompt, and
+    batch sizes up to ``max_batch_size`` (default: no bound; ExecuTorch plans memory for the largest shape and
+    needs one); otherwise the program takes inputs of this shape only. ``loop="while"`` exports the ``while_loop`` form,
     whose callable also takes ``max_new_tokens=`` (1 up to the config's, the default): one program for every
     generation length up to that bound.
     """
@@ -463,7 +465,8 @@ def export_generate(
                                         generate_arguments)
     cache_len = _export_cache_length(plan, input_ids, dynamic, max_prompt_length)
     check_mode(model, plan, input_ids, new_cache(model, plan, cache_len, loop), loop)
-    example, dynamic_shapes = _export_example(plan, input_ids, attention_mask, dynamic, loop)
+    example, dynamic_shapes = _export_example(plan, input_ids, attention_mask, _batch_bound(input_ids, dynamic,
+                                                                                           max_batch_size), loop)
     with loop_tracing.traceable_loop(model, loop, plan_models(plan)):
         program = torch.export.export(DecodeProgram(model, plan, cache_len, loop), example,
                                       dynamic_shapes=dynamic_shapes, strict=strict)
@@ -504,13 +507,26 @@ def _export_cache_length(plan: DecodePlan, input_ids: torch.Tensor, dynamic: boo
     return longest + plan.max_new_tokens  # the mask grows to prompt + new tokens inside the loop
 
 
-def _export_example(plan: DecodePlan, input_ids: torch.Tensor, attention_mask: torch.Tensor, dynamic: bool,
+def _batch_bound(input_ids: torch.Tensor, dynamic: bool, max_batch_size: int | None) -> Any:
+    """The batch dimension's hint for a dynamic export (None: a static one), bounded by ``max_batch_size``."""
+    if max_batch_size is not None and not dynamic:
+        raise UnsupportedGeneration("max_batch_size bounds a dynamic export: give dynamic=True, or leave it out")
+    if not dynamic:
+        return None
+    if max_batch_size is not None and max_batch_size < max(2, int(input_ids.shape[0])):
+        raise UnsupportedGeneration(f"max_batch_size={max_batch_size} is smaller than the example batch "
+                                    f"({int(input_ids.shape[0])}) or 2, the smallest batch a dynamic program takes")
+    return torch.export.Dim.AUTO(max=max_batch_size) if max_batch_size is not None else torch.export.Dim.AUTO
+
+
+def _export_example(plan: DecodePlan, input_ids: torch.Tensor, attention_mask: torch.Tensor, batch: Any,
                     loop: str) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...] | None]:
-    """The example inputs and dynamic shapes ``torch.export`` gets: a ``while`` program takes its length as a third
-    input (never dynamic: a 0-d tensor), after refusing settings built for the bound's ``max_length``."""
+    """The example inputs and dynamic shapes ``torch.export`` gets (``batch``: the batch dimension's hint, None
+    for a static export): a ``while`` program takes its length as a third input (never dynamic: a 0-d tensor),
+    after refusing settings built for the bound's ``max_length``."""
     dynamic_shapes: tuple[Any, ...] | None = None
-    if dynamic:
-        dynamic_shapes = ({0: torch.export.Dim.AUTO, 1: torch.export.Dim.AUTO},) * 2
+    if batch is not None:
+        dynamic_shapes = ({0: batch, 1: torch.export.Dim.AUTO},) * 2
     example: tuple[torch.Tensor, ...] = (input_ids, attention_mask)
     if loop != "while":
         return example, dynamic_shapes

@@ -141,7 +141,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("fullgraph_artifact_runtime", "--fullgraph-artifact-runtime", metavar="RUNTIME",
            parse=Choice(RUNTIMES, "an artifact runtime"), field="artifact_runtime", default="pt2",
            help=f"How --fullgraph-artifacts saves programs: {', '.join(RUNTIMES)} (default: pt2; aoti builds an "
-                "AOTInductor package per program, tens of seconds each; ini: fullgraph_artifact_runtime)"),
+                "AOTInductor package, executorch an ExecuTorch program with XNNPACK (extra: executorch), tens of "
+                "seconds each; ini: fullgraph_artifact_runtime)"),
     Option("fullgraph_cache_dir", "--fullgraph-cache-dir", metavar="DIR", parse=parse_absolute_directory,
            field="cache_dir",
            help="Keep inductor's compile caches in DIR, for this run's workers too, so a second run reuses them "

@@ -3,6 +3,7 @@ one-line errors for artifacts that cannot be used."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import subprocess
@@ -57,6 +58,8 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     torch.save(cases, inputs)
     example = (cases[0]["input_ids"], cases[0]["attention_mask"])
     return {"generate": export_generate(model, *example, config, dynamic=True, max_prompt_length=16),
+            "bounded": export_generate(model, *example, config, dynamic=True, max_prompt_length=16,
+                                       max_batch_size=max(batch for batch, _ in SHAPES)),
             "static": export_generate(model, *example, config), "inputs": inputs, "directory": directory}
 
 
@@ -90,9 +93,21 @@ def exported_while(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"generate": program, "inputs": inputs, "directory": directory}
 
 
-#: Each runtime; AOTInductor's build of a whole generation takes a minute or more on 2 cores: a slow test.
-RUNTIMES_SLOW_AOTI = [pytest.param(runtime, marks=pytest.mark.breadth) if runtime == "aoti" else runtime
-                      for runtime in RUNTIMES]
+HAS_EXECUTORCH = importlib.util.find_spec("executorch") is not None
+
+
+def runtime_params(loop: str) -> list[Any]:
+    """Each runtime that takes ``loop``; AOTInductor's and ExecuTorch's builds of a whole generation take a minute
+    or more on 2 cores (slow tests), and ExecuTorch's rows need the extra."""
+    params = []
+    for name, runtime in RUNTIMES.items():
+        if loop not in runtime.loop_forms:
+            continue
+        marks = [] if name == "pt2" else [pytest.mark.breadth]
+        if name.startswith("executorch"):
+            marks.append(pytest.mark.skipif(not HAS_EXECUTORCH, reason="needs pytest_fullgraph[executorch]"))
+        params.append(pytest.param(name, marks=marks))
+    return params
 
 
 def load_in_a_fresh_process(artifact: Path, inputs: Path) -> str:
@@ -102,15 +117,16 @@ def load_in_a_fresh_process(artifact: Path, inputs: Path) -> str:
     return completed.stdout.strip()
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES_SLOW_AOTI)
+@pytest.mark.parametrize("runtime", runtime_params("unrolled"))
 def test_a_saved_generation_gives_generates_tokens_in_a_fresh_process(exported: dict[str, Any], runtime: str) -> None:
-    """One dynamic program, saved, loaded in a new process, three shapes: exactly generate's tokens each."""
-    artifact = save_generate(exported["generate"], exported["directory"] / "llama", runtime=runtime, model="llama")
+    """One dynamic program (its batch bounded, as ExecuTorch needs), saved, loaded in a new process, three shapes:
+    exactly generate's tokens each."""
+    artifact = save_generate(exported["bounded"], exported["directory"] / "llama", runtime=runtime, model="llama")
     assert artifact.name == "llama" + RUNTIMES[runtime].suffix
     assert load_in_a_fresh_process(artifact, exported["inputs"]).splitlines() == ["equal"] * len(SHAPES)
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES_SLOW_AOTI)
+@pytest.mark.parametrize("runtime", runtime_params("while"))
 def test_a_saved_while_program_serves_every_shape_and_length_in_a_fresh_process(exported_while: dict[str, Any],
                                                                                 runtime: str) -> None:
     """One while_loop program, saved, loaded in a new process: three shapes, two lengths, generate's tokens."""
@@ -147,6 +163,52 @@ def test_the_metadata_says_what_is_baked_in_and_what_it_takes(exported: dict[str
     assert metadata["cache_len"] == 16 + 4
     assert metadata["generation_config"]["do_sample"] is False
     assert metadata["versions"]["torch"] == torch.__version__
+
+
+def test_executorch_refuses_what_it_cannot_run_before_lowering(exported: dict[str, Any],
+                                                               exported_while: dict[str, Any], tmp_path: Path) -> None:
+    """An unbounded batch and the while form are refused in one line, and nothing is written."""
+    for program, message in (
+            (exported["generate"], r"runtime 'executorch' plans memory for the largest shape, and input_ids, "
+                                   r"attention_mask has no upper bound: export with export_generate\(\.\.\., "
+                                   r"dynamic=True, max_batch_size=N\), or dynamic=False"),
+            (exported_while["generate"], r"runtime 'executorch_portable' takes the loop forms unrolled, not "
+                                         r"'while'")):
+        runtime = "executorch" if program is exported["generate"] else "executorch_portable"
+        with pytest.raises(ArtifactError, match=message):
+            save_generate(program, tmp_path / "refused", runtime=runtime)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_executorch_refuses_sampling_and_names_its_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_fullgraph import executorch_runtime
+
+    bounded = {"input_ids": {"shape": [[2, 4], [2, 16]], "dtype": "torch.int64"}}
+    sampling = executorch_runtime.refusal({"generation_config": {"do_sample": True}, "inputs": bounded})
+    assert sampling is not None and "aten.multinomial, which is not a core ATen operator" in sampling
+    monkeypatch.setattr(executorch_runtime, "find_spec", lambda name: None)
+    assert executorch_runtime.refusal({"generation_config": {}, "inputs": bounded}) == (
+        "needs the executorch package: pip install 'pytest_fullgraph[executorch]'")
+
+
+def test_max_batch_size_bounds_a_dynamic_export_only() -> None:
+    from transformers import GenerationConfig
+
+    from pytest_fullgraph.decode import UnsupportedGeneration, export_generate
+
+    model, config = build_tiny("llama"), GenerationConfig(max_new_tokens=2, do_sample=False, pad_token_id=0)
+    ids, mask = left_padded(3, 8)
+    with pytest.raises(UnsupportedGeneration, match="max_batch_size bounds a dynamic export: give dynamic=True"):
+        export_generate(model, ids, mask, config, max_batch_size=4)
+    with pytest.raises(UnsupportedGeneration, match=r"max_batch_size=2 is smaller than the example batch \(3\)"):
+        export_generate(model, ids, mask, config, dynamic=True, max_batch_size=2)
+
+
+def test_a_bounded_program_says_its_bound_and_refuses_a_larger_batch(exported: dict[str, Any]) -> None:
+    bounded = load_generate(save_generate(exported["bounded"], exported["directory"] / "bounded"))
+    assert bounded.artifact_metadata["inputs"]["input_ids"]["shape"] == [[2, 3], [2, 16]]  # type: ignore[attr-defined]
+    with pytest.raises(ArtifactError, match=r"\(4, 8\) torch.int64, but the program takes \(2..3, 2..16\)"):
+        bounded(torch.ones(4, 8, dtype=torch.long), torch.ones(4, 8, dtype=torch.long))
 
 
 def test_other_shapes_are_refused_before_the_program_runs(exported: dict[str, Any]) -> None:
@@ -268,3 +330,32 @@ def test_the_suite_saves_for_the_runtime_chosen(toy_project: pytest.Pytester, tm
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         ["*--fullgraph-artifact-runtime='pte' is not an artifact runtime (did you mean pt2?); use one of pt2, aoti*"])
+
+
+@pytest.mark.breadth
+@pytest.mark.skipif(not HAS_EXECUTORCH, reason="needs pytest_fullgraph[executorch]")
+def test_the_suite_saves_executorch_programs_and_says_why_a_sampling_one_is_not(toy_project: pytest.Pytester,
+                                                                                tmp_path: Path) -> None:
+    from tests.conftest import checks_by_id, read_report
+
+    saved = tmp_path / "artifacts"
+    result = toy_project.runpytest("--fullgraph-models=toy", "-k", "greedy-export or sample-export",
+                                   "-p", "no:cacheprovider", f"--fullgraph-artifacts={saved}",
+                                   "--fullgraph-artifact-runtime=executorch", f"--fullgraph-report={tmp_path}")
+    result.assert_outcomes(passed=2)
+    checks = checks_by_id(read_report(tmp_path))
+    assert checks["toy-greedy-export"]["artifact"] == str(saved / "toy-greedy-export-float32.pte")
+    assert checks["toy-sample-export"]["artifact"] == ""
+    assert ("saving the artifact failed (ArtifactError: runtime 'executorch' takes programs that do not sample"
+            in checks["toy-sample-export"]["message"])
+    metadata = json.loads((saved / "toy-greedy-export-float32.pte.json").read_text())
+    shape = [low for low, _ in metadata["inputs"]["input_ids"]["shape"]]
+    ids, mask = torch.full(shape, 5, dtype=torch.long), torch.ones(shape, dtype=torch.long)
+    from transformers import GenerationConfig  # the toy's generate with the settings baked in is the reference
+
+    toy = cast(Any, build_tiny("llama"))
+    config = GenerationConfig(**metadata["generation_config"])
+    expected = toy.generate(ids, attention_mask=mask, generation_config=config)
+    torch.save([{"input_ids": ids, "attention_mask": mask, "expected": expected}], tmp_path / "cases.pt")
+    # a fresh process: pytester's in-process runs drop modules, and ExecuTorch registers its operators once only
+    assert load_in_a_fresh_process(saved / "toy-greedy-export-float32.pte", tmp_path / "cases.pt") == "equal"
