@@ -82,3 +82,19 @@ def test_without_its_extra_a_level_is_a_skip_naming_it(level: str, extra: str, p
     assert f"needs {package}" in result.message or package in result.message
     assert f"pip install 'pytest_fullgraph[{extra}]'" in result.message
 
+
+
+HAS = {name: importlib.util.find_spec(name) is not None for name in ("onnxruntime", "onnxscript", "executorch")}
+
+
+@pytest.mark.skipif(not (HAS["onnxruntime"] and HAS["onnxscript"]), reason="needs pytest_fullgraph[onnx]")
+def test_transformers_onnx_exporter_run_by_onnxruntime_gives_generates_tokens_on_a_padded_batch() -> None:
+    result = run_check(build_tiny("llama"), "llama", "padded", "hf_onnx", "aot_eager", 4)
+    assert (result.outcome, result.message) == ("pass", "tokens equal to eager"), result.message
+
+
+@pytest.mark.skipif(not HAS["executorch"], reason="needs pytest_fullgraph[executorch]")
+def test_transformers_executorch_exporter_run_by_executorch_gives_generates_tokens() -> None:
+    """XNNPACK-lowered prefill and decode programs in ExecuTorch's runtime, about 30 s to lower on 2 cores."""
+    result = run_check(build_tiny("llama"), "llama", "eos", "hf_executorch", "aot_eager", 4)
+    assert (result.outcome, result.message) == ("pass", "tokens equal to eager"), result.message
