@@ -221,7 +221,7 @@ def _checked(program: RawProgram, metadata: dict[str, Any], source: str) -> Call
                                     f"takes {describe_shape(ranges)} {dtype} (input_ids and attention_mask alike)")
         try:
             return run_program(program, loop, int(metadata["max_new_tokens"]), input_ids, attention_mask,
-                               max_new_tokens)
+                               max_new_tokens, metadata.get("noise"))
         except UnsupportedGeneration as error:  # a length the program does not take: refused before it runs
             raise ArtifactError(f"{source}: {error}") from None
 

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from pytest_fullgraph import sampling_noise
 from pytest_fullgraph.loop_steps import BeamSettings
 
 #: what ``generate`` adds to a score to rule a beam out
@@ -83,7 +84,7 @@ def candidates(settings: BeamSettings, do_sample: bool, beams: Beams, log_probs:
     totals = log_probs.reshape(batch, width, -1) + beams.running_scores[:, :, None]
     totals = totals.reshape(batch, -1)
     if do_sample:
-        picked = torch.multinomial(torch.softmax(totals, dim=-1), num_samples=settings.beams_to_keep)
+        picked = sampling_noise.multinomial(torch.softmax(totals, dim=-1), num_samples=settings.beams_to_keep)
         scores, order = torch.gather(totals, 1, picked).sort(dim=-1, descending=True)
         picked = picked.gather(-1, order)
     else:

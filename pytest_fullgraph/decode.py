@@ -21,7 +21,16 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 
-from pytest_fullgraph import assisted, beam, beam_search, lookup, loop_processors, loop_state, loop_tracing
+from pytest_fullgraph import (
+    assisted,
+    beam,
+    beam_search,
+    lookup,
+    loop_processors,
+    loop_state,
+    loop_tracing,
+    sampling_noise,
+)
 from pytest_fullgraph.generation import UnsupportedGeneration
 from pytest_fullgraph.loop_steps import (
     DecodePlan,
@@ -75,6 +84,16 @@ class DecodeProgram(torch.nn.Module):
             with loop_tracing.python_min_max():
                 return tuple(loop(self.model, self.plan, input_ids, attention_mask, cache, max_new_tokens))
         return tuple(loop(self.model, self.plan, input_ids, attention_mask, cache))
+
+
+class NoisyDecodeProgram(DecodeProgram):
+    """The unrolled loop taking its sampling noise as a third input (``noise_input``): ``steps x batch x width``
+    Exp(1) draws, step ``k`` sampling ``probs / noise[k]`` as ``torch.multinomial`` does from its own draws."""
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,  # type: ignore[override]
+                noise: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        with sampling_noise.noise_from(noise):
+            return super().forward(input_ids, attention_mask)
 
 
 #: Why a setting cannot be in one graph, and what to do instead: the refusal's message says it.
@@ -206,7 +225,7 @@ def check_loop(loop: str) -> None:
 def _next_tokens(plan: DecodePlan, scores: torch.Tensor, unfinished: torch.Tensor) -> torch.Tensor:
     """One step of ``generate``'s sampling from processed scores: multinomial or argmax, finished rows padded."""
     if plan.do_sample:
-        tokens = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+        tokens = sampling_noise.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
     else:
         tokens = torch.argmax(scores, dim=-1)
     if plan.eos is not None:
@@ -448,6 +467,7 @@ def export_generate(
     max_prompt_length: int | None = None,
     max_batch_size: int | None = None,
     loop: str = "unrolled",
+    noise_input: bool = False,
     **generate_arguments: Any,
 ) -> ExportedGeneration:
     """``torch.export.export`` the whole generation loop.
@@ -459,7 +479,10 @@ def export_generate(
     batch sizes up to ``max_batch_size`` (default: no bound; ExecuTorch plans memory for the largest shape and
     needs one); otherwise the program takes inputs of this shape only. ``loop="while"`` exports the ``while_loop`` form,
     whose callable also takes ``max_new_tokens=`` (1 up to the config's, the default): one program for every
-    generation length up to that bound.
+    generation length up to that bound. ``noise_input=True`` (sampling, unrolled form) exports a program that
+    takes its sampling noise as a third input instead of calling ``torch.multinomial`` (``sampling_noise``); the
+    callable draws that noise from torch's generator as ``generate`` would, so the tokens are still exactly
+    ``generate``'s for the same seed, and a runtime without a generator (ExecuTorch) can sample.
     """
     attention_mask, plan = checked_plan(model, input_ids, attention_mask, generation_config, loop,
                                         generate_arguments)
@@ -467,21 +490,28 @@ def export_generate(
     check_mode(model, plan, input_ids, new_cache(model, plan, cache_len, loop), loop)
     example, dynamic_shapes = _export_example(plan, input_ids, attention_mask, _batch_bound(input_ids, dynamic,
                                                                                            max_batch_size), loop)
+    noise = _noise_spec(model, plan, input_ids, attention_mask, loop) if noise_input else None
+    module_class = DecodeProgram
+    if noise is not None:
+        module_class = NoisyDecodeProgram
+        example += (noise_draws(noise, plan.max_new_tokens, input_ids),)
+        dynamic_shapes = (*dynamic_shapes, {1: torch.export.Dim.AUTO}) if dynamic_shapes is not None else None
     with loop_tracing.traceable_loop(model, loop, plan_models(plan)):
-        program = torch.export.export(DecodeProgram(model, plan, cache_len, loop), example,
+        program = torch.export.export(module_class(model, plan, cache_len, loop), example,
                                       dynamic_shapes=dynamic_shapes, strict=strict)
     module = program.module()
     bound = plan.max_new_tokens
 
     def run(run_input_ids: torch.Tensor, run_attention_mask: torch.Tensor,
             max_new_tokens: int | None = None) -> torch.Tensor:
-        return run_program(module, loop, bound, run_input_ids, run_attention_mask, max_new_tokens)
+        return run_program(module, loop, bound, run_input_ids, run_attention_mask, max_new_tokens, noise)
 
     exported = cast(ExportedGeneration, run)
     exported.exported_program = program
     # what pytest_fullgraph.artifacts saves beside the program: the settings baked in, the shapes it takes
     exported.artifact_metadata = {"loop": loop, "max_new_tokens": bound, "cache_len": cache_len,
-                                  "generation_config": _json_settings(plan.config), "inputs": input_ranges(program)}
+                                  "generation_config": _json_settings(plan.config), "inputs": input_ranges(program),
+                                  "noise": noise}
     return exported
 
 
@@ -519,6 +549,27 @@ def _batch_bound(input_ids: torch.Tensor, dynamic: bool, max_batch_size: int | N
     return torch.export.Dim.AUTO(max=max_batch_size) if max_batch_size is not None else torch.export.Dim.AUTO
 
 
+def _noise_spec(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                loop: str) -> dict[str, Any]:
+    """The noise a ``noise_input`` program takes per step, ``batch x width`` (width: the logits' size, times the
+    beams for beam sampling), after refusing what has no such noise."""
+    if not plan.do_sample:
+        raise UnsupportedGeneration("noise_input=True is for programs that sample (do_sample=True); a greedy program "
+                                    "draws nothing")
+    if loop != "unrolled":  # (sampling with a draft is refused by the loop itself: its draws vary in number)
+        raise UnsupportedGeneration("noise_input=True takes the unrolled loop of sampling or beam sampling, not "
+                                    f"loop={loop!r}")
+    with torch.no_grad():
+        width = int(model(input_ids=input_ids[:, :1], attention_mask=attention_mask[:, :1]).logits.shape[-1])
+    return {"per_step": [width * (plan.beams.num_beams if plan.beams is not None else 1)], "dtype": "torch.float32"}
+
+
+def noise_draws(noise: dict[str, Any], steps: int, input_ids: torch.Tensor) -> torch.Tensor:
+    """The noise input of one call of a ``noise_input`` program, drawn from torch's generator now."""
+    dtype = getattr(torch, str(noise["dtype"]).removeprefix("torch."))
+    return sampling_noise.draws(steps, (int(input_ids.shape[0]), *noise["per_step"]), dtype, input_ids.device)
+
+
 def _export_example(plan: DecodePlan, input_ids: torch.Tensor, attention_mask: torch.Tensor, batch: Any,
                     loop: str) -> tuple[tuple[torch.Tensor, ...], tuple[Any, ...] | None]:
     """The example inputs and dynamic shapes ``torch.export`` gets (``batch``: the batch dimension's hint, None
@@ -540,12 +591,15 @@ def _export_example(plan: DecodePlan, input_ids: torch.Tensor, attention_mask: t
 
 
 def run_program(program: Callable[..., tuple[torch.Tensor, ...]], loop: str, bound: int,
-                input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int | None) -> torch.Tensor:
+                input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int | None,
+                noise: dict[str, Any] | None = None) -> torch.Tensor:
     """Call an exported generation program (in memory, or loaded from an artifact) as ``generate`` is called: a
-    ``while`` program gets its length input, checked against its ``bound``; the output is trimmed like
+    ``while`` program gets its length input, checked against its ``bound``; a program that takes its sampling
+    noise (``noise``: its metadata) gets it drawn now, as ``generate`` would draw; the output is trimmed like
     ``generate``'s (a beam program's outputs are ``beam.BeamOutput``'s, which tells it from a greedy one)."""
     limit = _generation_limit(loop, bound, max_new_tokens, input_ids.device)
-    outputs = program(input_ids, attention_mask, *((limit,) if loop == "while" else ()))
+    extra = (limit,) if loop == "while" else (noise_draws(noise, bound, input_ids),) if noise is not None else ()
+    outputs = program(input_ids, attention_mask, *extra)
     if len(outputs) == len(beam.BeamOutput._fields):
         return beam_search.trimmed_beams(outputs[0], outputs[1], outputs[2], int(input_ids.shape[1]))[0]
     sequences, steps = outputs
@@ -586,7 +640,8 @@ def input_ranges(program: torch.export.ExportedProgram) -> dict[str, dict[str, A
             # torch's own infinity (int_oo) claims to be finite: only a sympy Integer is a bound
             upper = int(bounds.upper) if isinstance(bounds.upper, sympy.Integer) else None
             dims.append([int(bounds.lower), upper])
-        ranges[("input_ids", "attention_mask", "max_new_tokens")[user_inputs.index(node.name)]] = {
+        third = "max_new_tokens" if value.dim() == 0 else "noise"  # the while form's length, or sampling noise
+        ranges[("input_ids", "attention_mask", third)[user_inputs.index(node.name)]] = {
             "shape": dims, "dtype": str(value.dtype)}
     return ranges
 

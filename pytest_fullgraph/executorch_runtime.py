@@ -6,8 +6,9 @@ cannot take is refused before the minute-long lowering starts, in one line, from
 
 - the ``while`` form: ExecuTorch's emitter rejects ``torch.ops.higher_order.while_loop`` (measured with executorch
   1.5.1), so only the unrolled form is a row's loop form;
-- sampling: ``aten.multinomial`` is not a core ATen operator and ExecuTorch has no random number generator to
-  draw from, so a program with ``do_sample`` is refused;
+- sampling that draws inside the program: ``aten.multinomial`` is not a core ATen operator and ExecuTorch has
+  no random number generator, so a sampling program must take its noise as an input (``noise_input=True``,
+  ``sampling_noise``), drawn on the host as ``generate`` draws it;
 - an unbounded dimension: ExecuTorch plans every buffer for the largest shape, so a dynamic export needs
   ``max_batch_size`` (its prompt length is bounded by ``max_prompt_length`` already).
 """
@@ -28,9 +29,10 @@ EXTRA = "executorch"
 def refusal(metadata: dict[str, Any]) -> str | None:
     """Why ExecuTorch cannot take the program ``metadata`` describes, or None (what the program is, first: that
     holds whether or not the package is installed)."""
-    if metadata.get("generation_config", {}).get("do_sample"):
-        return ("takes programs that do not sample: sampling draws with aten.multinomial, which is not a core ATen "
-                "operator, and ExecuTorch's runtime has no random number generator")
+    if metadata.get("generation_config", {}).get("do_sample") and not metadata.get("noise"):
+        return ("takes a sampling program only with its noise as an input: aten.multinomial is not a core ATen "
+                "operator and ExecuTorch's runtime has no random number generator; export with "
+                "export_generate(..., noise_input=True)")
     unbounded = [name for name, spec in metadata.get("inputs", {}).items()
                  if any(high is None for _, high in spec["shape"])]
     if unbounded:

@@ -22,6 +22,8 @@ import sys, torch
 from pytest_fullgraph import load_generate
 generate = load_generate(sys.argv[1])
 for case in torch.load(sys.argv[2]):
+    if "seed" in case:  # a sampling program draws its noise input from torch's generator, as generate draws
+        torch.manual_seed(case["seed"])
     lengths = {"max_new_tokens": case["max_new_tokens"]} if "max_new_tokens" in case else {}
     tokens = generate(case["input_ids"], case["attention_mask"], **lengths)
     same = torch.equal(tokens, case["expected"])
@@ -93,6 +95,28 @@ def exported_while(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"generate": program, "inputs": inputs, "directory": directory}
 
 
+@pytest.fixture(scope="module")
+def exported_sampling(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The tiny llama sampling (top-k, a left-padded batch) exported with its noise as an input, and generate's
+    tokens for three seeds."""
+    from transformers import GenerationConfig
+
+    from pytest_fullgraph.decode import export_generate
+
+    model = build_tiny("llama")
+    config = GenerationConfig(max_new_tokens=4, do_sample=True, top_k=20, pad_token_id=0)
+    input_ids, attention_mask = left_padded(2, 8)
+    cases = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        expected = cast(Any, model).generate(input_ids, attention_mask=attention_mask, generation_config=config)
+        cases.append({"input_ids": input_ids, "attention_mask": attention_mask, "expected": expected, "seed": seed})
+    directory = tmp_path_factory.mktemp("sampling_artifacts")
+    torch.save(cases, directory / "cases.pt")
+    return {"generate": export_generate(model, input_ids, attention_mask, config, noise_input=True),
+            "inputs": directory / "cases.pt", "directory": directory}
+
+
 HAS_EXECUTORCH = importlib.util.find_spec("executorch") is not None
 
 
@@ -124,6 +148,16 @@ def test_a_saved_generation_gives_generates_tokens_in_a_fresh_process(exported: 
     artifact = save_generate(exported["bounded"], exported["directory"] / "llama", runtime=runtime, model="llama")
     assert artifact.name == "llama" + RUNTIMES[runtime].suffix
     assert load_in_a_fresh_process(artifact, exported["inputs"]).splitlines() == ["equal"] * len(SHAPES)
+
+
+@pytest.mark.parametrize("runtime", runtime_params("unrolled"))
+def test_a_saved_sampling_program_draws_generates_tokens_in_a_fresh_process(exported_sampling: dict[str, Any],
+                                                                            runtime: str) -> None:
+    """Its noise drawn by load_generate's callable from the seed, as generate draws: the same tokens, seed by
+    seed, in every runtime, ExecuTorch's (which has no random number generator) included."""
+    artifact = save_generate(exported_sampling["generate"], exported_sampling["directory"] / "sampling",
+                             runtime=runtime, model="llama")
+    assert load_in_a_fresh_process(artifact, exported_sampling["inputs"]).splitlines() == ["equal"] * 3
 
 
 @pytest.mark.parametrize("runtime", runtime_params("while"))
@@ -180,12 +214,17 @@ def test_executorch_refuses_what_it_cannot_run_before_lowering(exported: dict[st
     assert list(tmp_path.iterdir()) == []
 
 
-def test_executorch_refuses_sampling_and_names_its_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_executorch_takes_sampling_only_with_noise_as_an_input_and_names_its_extra(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     from pytest_fullgraph import executorch_runtime
 
     bounded = {"input_ids": {"shape": [[2, 4], [2, 16]], "dtype": "torch.int64"}}
     sampling = executorch_runtime.refusal({"generation_config": {"do_sample": True}, "inputs": bounded})
-    assert sampling is not None and "aten.multinomial, which is not a core ATen operator" in sampling
+    assert sampling is not None and "export with export_generate(..., noise_input=True)" in sampling
+    noise = {"per_step": [128], "dtype": "torch.float32"}  # noise as an input: nothing left to refuse but the package
+    with_noise = {"generation_config": {"do_sample": True}, "inputs": bounded, "noise": noise}
+    assert executorch_runtime.refusal(with_noise) in (
+        None, "needs the executorch package: pip install 'pytest_fullgraph[executorch]'")
     monkeypatch.setattr(executorch_runtime, "find_spec", lambda name: None)
     assert executorch_runtime.refusal({"generation_config": {}, "inputs": bounded}) == (
         "needs the executorch package: pip install 'pytest_fullgraph[executorch]'")
@@ -346,8 +385,8 @@ def test_the_suite_saves_executorch_programs_and_says_why_a_sampling_one_is_not(
     checks = checks_by_id(read_report(tmp_path))
     assert checks["toy-greedy-export"]["artifact"] == str(saved / "toy-greedy-export-float32.pte")
     assert checks["toy-sample-export"]["artifact"] == ""
-    assert ("saving the artifact failed (ArtifactError: runtime 'executorch' takes programs that do not sample"
-            in checks["toy-sample-export"]["message"])
+    assert ("saving the artifact failed (ArtifactError: runtime 'executorch' takes a sampling program only with its "
+            "noise as an input" in checks["toy-sample-export"]["message"])
     metadata = json.loads((saved / "toy-greedy-export-float32.pte.json").read_text())
     shape = [low for low, _ in metadata["inputs"]["input_ids"]["shape"]]
     ids, mask = torch.full(shape, 5, dtype=torch.long), torch.ones(shape, dtype=torch.long)
