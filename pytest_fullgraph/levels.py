@@ -11,6 +11,7 @@ hook; the plugin's own tests drive the check's decision tree with fake levels. T
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -188,6 +189,14 @@ class Levels:
         but the opt-in ones; without it, those not ``slow_only`` either."""
         return tuple(name for name, level in self._levels.items()
                      if not level.opt_in and (run_slow or not level.slow_only))
+
+    def named_by_keyword(self, keyword: str) -> tuple[str, ...]:
+        """The opt-in levels a ``-k`` expression names (one of its words, 3 characters or more, inside the level's
+        name, as ``-k`` matches test ids): ``-k hf_`` runs transformers' export paths without
+        ``--fullgraph-levels``, as ``-m slow`` selects tests that a plain run leaves out."""
+        words = {word for word in re.findall(r"\w+", keyword.lower()) if len(word) >= 3} - {"and", "not"}
+        return tuple(name for name, level in self._levels.items()
+                     if level.opt_in and any(word in name.lower() for word in words))
 
     def select(self, expression: str, run_slow: bool) -> tuple[str, ...]:
         """The levels a comma list of names (any case), ``all``, ``default`` and glob patterns selects, in

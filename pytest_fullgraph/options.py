@@ -233,7 +233,7 @@ def read_options(config: pytest.Config) -> dict[str, Chosen]:
 
 
 def resolve_settings(chosen: Mapping[str, Chosen], registry: Registry, costs: Mapping[str, float] | None = None,
-                     levels: Levels | None = None) -> Settings:
+                     levels: Levels | None = None, keyword: str = "") -> Settings:
     """The run's settings from ``read_options``'s values; no side effects.
 
     ``registry`` already holds the ``--fullgraph-pretrained`` checkpoints and ``costs`` comes from
@@ -250,14 +250,19 @@ def resolve_settings(chosen: Mapping[str, Chosen], registry: Registry, costs: Ma
     given = {option.field: chosen[option.dest].value for option in OPTIONS if option.field}
     selected = bool(chosen["fullgraph_models"].source or chosen["fullgraph_pretrained"].value)
     return Settings(models=models, models_selected=selected, shard=shard.label if shard else None,
-                    levels=select_levels(chosen, levels or builtin_levels()), **given)
+                    levels=select_levels(chosen, levels or builtin_levels(), keyword), **given)
 
 
-def select_levels(chosen: Mapping[str, Chosen], levels: Levels) -> tuple[str, ...]:
-    """The levels ``--fullgraph-levels`` selects among those registered, in registration order."""
+def select_levels(chosen: Mapping[str, Chosen], levels: Levels, keyword: str = "") -> tuple[str, ...]:
+    """The levels ``--fullgraph-levels`` selects among those registered, in registration order; without it, the
+    default ones and the opt-in ones that ``-k`` (``keyword``) names."""
     option = chosen["fullgraph_levels"]
+    run_slow = bool(chosen["fullgraph_run_slow"].value)
+    if not option.source and keyword:
+        named = set(levels.default(run_slow)) | set(levels.named_by_keyword(keyword))
+        return tuple(name for name in levels.descriptions() if name in named)
     try:
-        return levels.select(option.value, bool(chosen["fullgraph_run_slow"].value))
+        return levels.select(option.value, run_slow)
     except ValueError as error:
         raise pytest.UsageError(f"{option.source or OPTION['fullgraph_levels'].flag}: {error}") from None
 

@@ -55,7 +55,8 @@ def pytest_configure(config: pytest.Config) -> None:
     chosen = options.read_options(config)
     # the two effects of the options, before the selection: every worker reads the same checkpoints and costs
     options.register_checkpoints(registry, chosen)
-    settings = options.resolve_settings(chosen, registry, options.read_shard_costs(chosen), levels)
+    settings = options.resolve_settings(chosen, registry, options.read_shard_costs(chosen), levels,
+                                        config.option.keyword)
     if settings.cache_dir is not None:
         # inductor reads the variable when it first needs its cache; xdist workers, started later, inherit it
         environment = pytest.MonkeyPatch()

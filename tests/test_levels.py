@@ -46,8 +46,9 @@ def test_a_level_registered_by_hook_is_in_ids_report_and_markdown(toy_project: p
 
 def test_fullgraph_levels_selects_by_name_glob_and_keyword_and_opt_in_levels_only_when_named(
         toy_project: pytest.Pytester) -> None:
-    """An opt-in level (a conftest's, like transformers' exporter levels) is collected only when named; a glob or a
-    name selects any level, the slow tier's too; the header names a selection that is not the default."""
+    """An opt-in level (a conftest's, like transformers' exporter levels) is collected only when named, by
+    --fullgraph-levels or by -k; a glob or a name selects any level, the slow tier's too; the header names a
+    selection that is not the default."""
     toy_project.makepyfile(conftest=(toy_project.path / "conftest.py").read_text() + "\n" + TOY_LEVEL
                            + "\nReplayLevel.opt_in = True\n")
 
@@ -64,6 +65,12 @@ def test_fullgraph_levels_selects_by_name_glob_and_keyword_and_opt_in_levels_onl
     result = toy_project.runpytest("--fullgraph-models=toy", "--fullgraph-levels=re*", "--co", "-p",
                                    "no:cacheprovider")
     result.stdout.fnmatch_lines(["fullgraph: models=toy * levels=replay"])
+    # -k naming an opt-in level collects it beside the default ones, which -k then filters as usual
+    assert collected("-k", "replay") == ["replay"]
+    assert collected("-k", "forward or repl") == ["forward", "replay"]
+    assert collected("-k", "forward") == ["forward"]  # a default level alone: nothing opt-in added
+    assert collected("-k", "not replay") == ["forward", "generate", "decode", "export", "while"]
+    assert collected("--fullgraph-levels=decode", "-k", "replay") == []  # an explicit selection stands
 
 
 def test_an_unknown_level_is_a_usage_error_with_close_names(pytester: pytest.Pytester) -> None:
