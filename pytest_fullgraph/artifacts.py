@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from importlib.util import find_spec
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +52,16 @@ class Runtime:
     load: Callable[[Path], RawProgram]
     #: why this runtime cannot take a program, from its metadata (None: it can), said before writing starts
     refusal: Callable[[dict[str, Any]], str | None] = lambda metadata: None
+    #: the packages it needs beyond torch, and the extra of this package that installs them
+    requires: tuple[str, ...] = ()
+    extra: str = ""
+
+    def unavailable(self) -> str | None:
+        """Which of its packages are missing and how to install them, or None."""
+        missing = [name for name in self.requires if find_spec(name) is None]
+        if not missing:
+            return None
+        return f"needs {', '.join(missing)}: pip install 'pytest_fullgraph[{self.extra}]'"
 
 
 def _write_pt2(program: ExportedProgram, path: Path) -> None:
@@ -89,11 +100,11 @@ RUNTIMES: dict[str, Runtime] = {runtime.name: runtime for runtime in (
     Runtime("executorch", ".pte", ("unrolled",),
             "an ExecuTorch program with the XNNPACK delegate, run by ExecuTorch's runtime (extra: executorch)",
             lambda program, path: executorch_runtime.write(program, path, delegate=True),
-            executorch_runtime.load, executorch_runtime.refusal),
+            executorch_runtime.load, executorch_runtime.refusal, ("executorch",), "executorch"),
     Runtime("executorch_portable", ".portable.pte", ("unrolled",),
             "an ExecuTorch program on its portable kernels alone, no delegate (extra: executorch)",
             lambda program, path: executorch_runtime.write(program, path, delegate=False),
-            executorch_runtime.load, executorch_runtime.refusal),
+            executorch_runtime.load, executorch_runtime.refusal, ("executorch",), "executorch"),
 )}  # fmt: skip
 
 
@@ -124,7 +135,7 @@ def save_generate(generate: Any, path: str | Path, *, runtime: str = "pt2", mode
     if metadata["loop"] not in chosen.loop_forms:
         raise ArtifactError(f"runtime {runtime!r} takes the loop forms {', '.join(chosen.loop_forms)}, not "
                             f"{metadata['loop']!r}")
-    refused = chosen.refusal(metadata)
+    refused = chosen.refusal(metadata) or chosen.unavailable()
     if refused is not None:
         raise ArtifactError(f"runtime {runtime!r} {refused}")
     path = Path(path)
@@ -180,6 +191,9 @@ def load_generate(path: str | Path) -> Callable[..., torch.Tensor]:
         if _release(saved) != _release(current[package]):
             raise ArtifactError(f"{artifact}: saved with {package} {saved}, this is {package} {current[package]}; "
                                 "export and save it again with this version")
+    missing = RUNTIMES[metadata["runtime"]].unavailable()
+    if missing is not None:
+        raise ArtifactError(f"{artifact}: a {metadata['runtime']} artifact {missing}")
     try:
         program = RUNTIMES[metadata["runtime"]].load(artifact)
     except Exception as error:  # a truncated zip, a foreign file: the loaders' errors vary, the cause does not

@@ -15,20 +15,15 @@ cannot take is refused before the minute-long lowering starts, in one line, from
 
 from __future__ import annotations
 
-from importlib.util import find_spec
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
 
-#: the extra of this package that installs what these rows need
-EXTRA = "executorch"
-
-
 def refusal(metadata: dict[str, Any]) -> str | None:
-    """Why ExecuTorch cannot take the program ``metadata`` describes, or None (what the program is, first: that
-    holds whether or not the package is installed)."""
+    """Why ExecuTorch cannot take the program ``metadata`` describes, or None (whether the package is installed is
+    the runtime row's ``requires``)."""
     if metadata.get("generation_config", {}).get("do_sample") and not metadata.get("noise"):
         return ("takes a sampling program only with its noise as an input: aten.multinomial is not a core ATen "
                 "operator and ExecuTorch's runtime has no random number generator; export with "
@@ -38,8 +33,6 @@ def refusal(metadata: dict[str, Any]) -> str | None:
     if unbounded:
         return (f"plans memory for the largest shape, and {', '.join(unbounded)} has no upper bound: export with "
                 "export_generate(..., dynamic=True, max_batch_size=N), or dynamic=False")
-    if find_spec("executorch") is None:
-        return f"needs the executorch package: pip install 'pytest_fullgraph[{EXTRA}]'"
     return None
 
 
@@ -58,8 +51,6 @@ def write(program: ExportedProgram, path: Path, *, delegate: bool) -> None:
 
 def load(path: Path) -> Any:
     """The ``.pte``'s ``forward`` method in ExecuTorch's runtime, called as the program: tensors in, a tuple out."""
-    if find_spec("executorch") is None:
-        raise ModuleNotFoundError(f"needs the executorch package: pip install 'pytest_fullgraph[{EXTRA}]'")
     from executorch.runtime import Runtime
 
     method = Runtime.get().load_program(path).load_method("forward")

@@ -60,6 +60,19 @@ from pytest_fullgraph.shard import Shard, model_costs, select_shard
 
 
 @dataclass(frozen=True)
+class RuntimeChoice(Choice):
+    """An artifact runtime whose packages are installed: one that is not is a usage error naming its extra, before
+    any check runs, not a failed save after each passing one."""
+
+    def __call__(self, value: str, source: str) -> str | tuple[str, ...]:
+        chosen = super().__call__(value, source)
+        missing = RUNTIMES[str(chosen)].unavailable()
+        if missing is not None:
+            raise pytest.UsageError(f"{source}={chosen}: the {chosen} runtime {missing}")
+        return chosen
+
+
+@dataclass(frozen=True)
 class Option:
     """One fullgraph option: its flag, its ini key (= ``dest``), and how its text becomes a value. ``default``: the
     value when neither the command line, ``env`` nor the ini sets it (``slow_default`` in the slow tier); ``field``:
@@ -139,7 +152,7 @@ OPTIONS: tuple[Option, ...] = (
            help="Save each passing export check's program into DIR as <check id>.pt2 with its metadata, loadable "
                 "with pytest_fullgraph.load_generate (ini: fullgraph_artifacts)"),
     Option("fullgraph_artifact_runtime", "--fullgraph-artifact-runtime", metavar="RUNTIME",
-           parse=Choice(RUNTIMES, "an artifact runtime"), field="artifact_runtime", default="pt2",
+           parse=RuntimeChoice(RUNTIMES, "an artifact runtime"), field="artifact_runtime", default="pt2",
            help=f"How --fullgraph-artifacts saves programs: {', '.join(RUNTIMES)} (default: pt2; aoti builds an "
                 "AOTInductor package, executorch an ExecuTorch program with XNNPACK (extra: executorch), tens of "
                 "seconds each; ini: fullgraph_artifact_runtime)"),

@@ -214,20 +214,35 @@ def test_executorch_refuses_what_it_cannot_run_before_lowering(exported: dict[st
     assert list(tmp_path.iterdir()) == []
 
 
-def test_executorch_takes_sampling_only_with_noise_as_an_input_and_names_its_extra(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_executorch_takes_sampling_only_with_noise_as_an_input() -> None:
     from pytest_fullgraph import executorch_runtime
 
     bounded = {"input_ids": {"shape": [[2, 4], [2, 16]], "dtype": "torch.int64"}}
     sampling = executorch_runtime.refusal({"generation_config": {"do_sample": True}, "inputs": bounded})
     assert sampling is not None and "export with export_generate(..., noise_input=True)" in sampling
-    noise = {"per_step": [128], "dtype": "torch.float32"}  # noise as an input: nothing left to refuse but the package
-    with_noise = {"generation_config": {"do_sample": True}, "inputs": bounded, "noise": noise}
-    assert executorch_runtime.refusal(with_noise) in (
-        None, "needs the executorch package: pip install 'pytest_fullgraph[executorch]'")
-    monkeypatch.setattr(executorch_runtime, "find_spec", lambda name: None)
-    assert executorch_runtime.refusal({"generation_config": {}, "inputs": bounded}) == (
-        "needs the executorch package: pip install 'pytest_fullgraph[executorch]'")
+    noise = {"per_step": [128], "dtype": "torch.float32"}
+    assert executorch_runtime.refusal({"generation_config": {"do_sample": True}, "inputs": bounded,
+                                       "noise": noise}) is None
+
+
+def test_a_runtime_without_its_package_is_named_with_its_extra(toy_project: pytest.Pytester,
+                                                               monkeypatch: pytest.MonkeyPatch,
+                                                               exported: dict[str, Any], tmp_path: Path) -> None:
+    """Before anything runs: at the option (a usage error), at save_generate and at load_generate."""
+    from pytest_fullgraph import artifacts
+
+    saved = save_generate(exported["static"], tmp_path / "fixed")
+    metadata = json.loads(metadata_path(saved).read_text())
+    metadata_path(saved).write_text(json.dumps({**metadata, "runtime": "executorch"}))
+    monkeypatch.setattr(artifacts, "find_spec", lambda name: None)
+    needs = "needs executorch: pip install 'pytest_fullgraph[executorch]'"
+    result = toy_project.runpytest("--fullgraph-models=toy", "--fullgraph-artifact-runtime=executorch")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"ERROR: --fullgraph-artifact-runtime=executorch: the executorch runtime {needs}" in result.stderr.str()
+    with pytest.raises(ArtifactError, match=re.escape(f"runtime 'executorch' {needs}")):
+        save_generate(exported["static"], tmp_path / "refused", runtime="executorch")
+    with pytest.raises(ArtifactError, match=re.escape(f"fixed.pt2: a executorch artifact {needs}")):
+        load_generate(saved)
 
 
 def test_max_batch_size_bounds_a_dynamic_export_only() -> None:
