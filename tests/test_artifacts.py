@@ -393,23 +393,28 @@ def test_the_suite_saves_executorch_programs_and_says_why_a_sampling_one_is_not(
     from tests.conftest import checks_by_id, read_report
 
     saved = tmp_path / "artifacts"
-    result = toy_project.runpytest("--fullgraph-models=toy", "-k", "greedy-export or sample-export",
+    result = toy_project.runpytest("--fullgraph-models=toy", "-k", "greedy-export or sample-export or eos-export",
                                    "-p", "no:cacheprovider", f"--fullgraph-artifacts={saved}",
                                    "--fullgraph-artifact-runtime=executorch", f"--fullgraph-report={tmp_path}")
-    result.assert_outcomes(passed=2)
+    result.assert_outcomes(passed=3)
     checks = checks_by_id(read_report(tmp_path))
     assert checks["toy-greedy-export"]["artifact"] == str(saved / "toy-greedy-export-float32.pte")
+    assert checks["toy-eos-export"]["artifact"] == str(saved / "toy-eos-export-float32.pte")  # EOS stops lower too
     assert checks["toy-sample-export"]["artifact"] == ""
     assert ("saving the artifact failed (ArtifactError: runtime 'executorch' takes a sampling program only with its "
             "noise as an input" in checks["toy-sample-export"]["message"])
-    metadata = json.loads((saved / "toy-greedy-export-float32.pte.json").read_text())
-    shape = [low for low, _ in metadata["inputs"]["input_ids"]["shape"]]
-    ids, mask = torch.full(shape, 5, dtype=torch.long), torch.ones(shape, dtype=torch.long)
     from transformers import GenerationConfig  # the toy's generate with the settings baked in is the reference
 
+    from pytest_fullgraph.inputs import make_inputs
+    from pytest_fullgraph.scenarios import SCENARIOS
+
     toy = cast(Any, build_tiny("llama"))
-    config = GenerationConfig(**metadata["generation_config"])
-    expected = toy.generate(ids, attention_mask=mask, generation_config=config)
-    torch.save([{"input_ids": ids, "attention_mask": mask, "expected": expected}], tmp_path / "cases.pt")
-    # a fresh process: pytester's in-process runs drop modules, and ExecuTorch registers its operators once only
-    assert load_in_a_fresh_process(saved / "toy-greedy-export-float32.pte", tmp_path / "cases.pt") == "equal"
+    for scenario in ("greedy", "eos"):
+        program = saved / f"toy-{scenario}-export-float32.pte"
+        config = GenerationConfig(**json.loads(metadata_path(program).read_text())["generation_config"])
+        inputs = make_inputs(toy, SCENARIOS[scenario])  # the check's own prompts: eos's emit the EOS it stops at
+        ids, mask = inputs["input_ids"], inputs["attention_mask"]
+        expected = toy.generate(ids, attention_mask=mask, generation_config=config)
+        torch.save([{"input_ids": ids, "attention_mask": mask, "expected": expected}], tmp_path / "cases.pt")
+        # a fresh process: pytester's in-process runs drop modules, and ExecuTorch registers its operators once only
+        assert load_in_a_fresh_process(program, tmp_path / "cases.pt") == "equal", scenario
