@@ -166,7 +166,17 @@ def _prompts(inputs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _cache_length(cache: Any) -> int:
-    return int(getattr(cache, "max_cache_len", None) or cache.layers[0].max_cache_len)
+    """The positions of the cache ``generate`` made, which the exporter's programs are sized for: the cache's, or
+    its first layer of a fixed length (a hybrid model's first layer may be a linear-attention state)."""
+    lengths = [getattr(cache, "max_cache_len", None)] + [getattr(layer, "max_cache_len", None)
+                                                        for layer in getattr(cache, "layers", ())]
+    for length in lengths:
+        if length:
+            return int(length)
+    layers = sorted({type(layer).__name__ for layer in getattr(cache, "layers", ())})
+    raise UnsupportedGeneration(f"generate's static cache for this model ({type(cache).__name__}, layers "
+                                f"{', '.join(layers) or 'none'}) has no layer of a fixed length to size the "
+                                "exporter's cache by")
 
 
 def _refuse_for_helper(inputs: dict[str, Any], config: GenerationConfig) -> None:

@@ -98,3 +98,21 @@ def test_transformers_executorch_exporter_run_by_executorch_gives_generates_toke
     """XNNPACK-lowered prefill and decode programs in ExecuTorch's runtime, about 30 s to lower on 2 cores."""
     result = run_check(build_tiny("llama"), "llama", "eos", "hf_executorch", "aot_eager", 4)
     assert (result.outcome, result.message) == ("pass", "tokens equal to eager"), result.message
+
+
+def test_the_exporters_cache_is_sized_by_a_fixed_length_layer_wherever_it_is() -> None:
+    """A hybrid model's cache may start with a linear-attention layer (bailing_hybrid, bamba): our level, not the
+    exporter, must find the length, or say in one line that there is none."""
+    from types import SimpleNamespace
+
+    from pytest_fullgraph.generation import UnsupportedGeneration
+    from pytest_fullgraph.hf_levels import _cache_length
+
+    class LinearAttentionLayer:
+        pass
+
+    hybrid = SimpleNamespace(layers=[LinearAttentionLayer(), SimpleNamespace(max_cache_len=12)])
+    assert _cache_length(hybrid) == 12
+    lacking = r"\(SimpleNamespace, layers LinearAttentionLayer\) has no layer of a fixed length"
+    with pytest.raises(UnsupportedGeneration, match=lacking):
+        _cache_length(SimpleNamespace(layers=[LinearAttentionLayer()]))
