@@ -31,26 +31,14 @@ PROMPT_LENGTH = 8
 Builder = Callable[[Any, dict[str, Any], Any, Path], Callable[[], Any]]
 
 
-def _exporter(backend: str) -> Builder:
+def _exporter(level_name: str) -> Builder:
     def build(model: Any, inputs: dict[str, Any], config: Any, directory: Path) -> Callable[[], Any]:
-        import copy
+        from pytest_fullgraph.builtin_levels import builtin_levels
+        from pytest_fullgraph.hf_levels import HfExporterLevel
 
-        from transformers.exporters import AutoHfExporter, DynamoConfig, ExecutorchConfig, OnnxConfig
-
-        from pytest_fullgraph.generation import static_cache_config
-        from pytest_fullgraph.hf_export import fresh_cache, generate_steps, host_loop
-        from pytest_fullgraph.hf_levels import _cache_length
-
-        configs = {"dynamo": DynamoConfig, "onnx": OnnxConfig,
-                   "executorch": lambda: ExecutorchConfig(backend="xnnpack")}
-        config = static_cache_config(config)  # the exporters' programs take a static cache, as their levels do
-        recorded = generate_steps(model, inputs, config)
-        export = copy.deepcopy(config)
-        export.max_cache_len = _cache_length(recorded.initial_cache)
-        exported = AutoHfExporter.from_config(configs[backend]()).export_for_generation(
-            model, inputs, configs[backend](), generation_config=export)
-        runners = exported.runners
-        return lambda: host_loop(runners["prefill"], runners["decode"], recorded, fresh_cache(recorded))
+        level = builtin_levels()[level_name]  # the level's own export, runner and host loop, timed
+        assert isinstance(level, HfExporterLevel)
+        return level.exported_loop(model, inputs, level.reference_config(config))
     return build
 
 
@@ -86,8 +74,8 @@ def _generate(model: Any, inputs: dict[str, Any], config: Any, directory: Path) 
 
 
 PATHS: dict[str, Builder] = {
-    "generate": _generate, "hf_dynamo": _exporter("dynamo"), "hf_onnx": _exporter("onnx"),
-    "hf_executorch": _exporter("executorch"), "hf_et_helper": _et_helper(driven=False),
+    "generate": _generate, "hf_dynamo": _exporter("hf_dynamo"), "hf_onnx": _exporter("hf_onnx"),
+    "hf_executorch": _exporter("hf_executorch"), "hf_et_helper": _et_helper(driven=False),
     "hf_et_module": _et_helper(driven=True), "ours_pt2": _ours("pt2"), "ours_aoti": _ours("aoti"),
     "ours_executorch": _ours("executorch"), "ours_executorch_portable": _ours("executorch_portable"),
 }

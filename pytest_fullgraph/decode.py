@@ -598,7 +598,11 @@ def run_program(program: Callable[..., tuple[torch.Tensor, ...]], loop: str, bou
     noise (``noise``: its metadata) gets it drawn now, as ``generate`` would draw; the output is trimmed like
     ``generate``'s (a beam program's outputs are ``beam.BeamOutput``'s, which tells it from a greedy one)."""
     limit = _generation_limit(loop, bound, max_new_tokens, input_ids.device)
-    extra = (limit,) if loop == "while" else (noise_draws(noise, bound, input_ids),) if noise is not None else ()
+    extra: tuple[torch.Tensor, ...] = ()
+    if loop == "while":
+        extra = (limit,)
+    elif noise is not None:
+        extra = (noise_draws(noise, bound, input_ids),)
     outputs = program(input_ids, attention_mask, *extra)
     if len(outputs) == len(beam.BeamOutput._fields):
         return beam_search.trimmed_beams(outputs[0], outputs[1], outputs[2], int(input_ids.shape[1]))[0]

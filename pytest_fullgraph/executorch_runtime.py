@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
 
+
 def refusal(metadata: dict[str, Any]) -> str | None:
     """Why ExecuTorch cannot take the program ``metadata`` describes, or None (whether the package is installed is
     the runtime row's ``requires``)."""

@@ -64,16 +64,22 @@ class HfExporterLevel(_RequiresPackages):
 
     def run_compiled(self, model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig,
                      backend: CountingBackend) -> torch.Tensor:
+        del backend  # the exporter makes its own programs; no torch.compile backend is involved
+        return self.exported_loop(model, inputs, config)()
+
+    def exported_loop(self, model: PreTrainedModel, inputs: dict[str, Any],
+                      config: GenerationConfig) -> Callable[[], torch.Tensor]:
+        """Export the programs once; the returned call runs them in the host loop (``bench/export_paths.py`` times
+        it)."""
         from transformers.exporters import AutoHfExporter
 
-        del backend  # the exporter makes its own programs; no torch.compile backend is involved
         recorded = generate_steps(model, _prompts(inputs), config)
         export = copy.deepcopy(config)
         export.max_cache_len = _cache_length(recorded.initial_cache)  # the programs take the loop's cache
         exported = AutoHfExporter.from_config(self.export_config()).export_for_generation(
             model, _prompts(inputs), self.export_config(), generation_config=export)
         runners = exported.runners
-        return host_loop(runners["prefill"], runners["decode"], recorded, fresh_cache(recorded))
+        return lambda: host_loop(runners["prefill"], runners["decode"], recorded, fresh_cache(recorded))
 
 
 class HfDynamoLevel(HfExporterLevel):

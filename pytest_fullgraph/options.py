@@ -273,7 +273,7 @@ def select_levels(chosen: Mapping[str, Chosen], levels: Levels, keyword: str = "
     run_slow = bool(chosen["fullgraph_run_slow"].value)
     if not option.source and keyword:
         named = set(levels.default(run_slow)) | set(levels.named_by_keyword(keyword))
-        return tuple(name for name in levels.descriptions() if name in named)
+        return tuple(name for name in levels if name in named)
     try:
         return levels.select(option.value, run_slow)
     except ValueError as error:
