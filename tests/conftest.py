@@ -136,7 +136,14 @@ def modules_loaded_outside_pytester() -> None:
 
 
 @pytest.fixture
-def toy_project(pytester: pytest.Pytester, modules_loaded_outside_pytester: None) -> pytest.Pytester:
+def pytester(pytester: pytest.Pytester, modules_loaded_outside_pytester: None) -> pytest.Pytester:
+    """pytester, once the modules its in-process runs would import are loaded: any test that runs one, in any
+    order on any worker, finds them there (a run of ``pytester`` tests alone broke without it)."""
+    return pytester
+
+
+@pytest.fixture
+def toy_project(pytester: pytest.Pytester) -> pytest.Pytester:
     """A project with the toy models registered; selecting models collects the shipped conformance suite."""
     pytester.makeconftest(TOY_CONFTEST)
     return pytester
