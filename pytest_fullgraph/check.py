@@ -21,6 +21,7 @@ from pytest_fullgraph.compare import (
     first_difference,
     precision_verdict,
     static_cache_verdict,
+    top1_steps,
 )
 from pytest_fullgraph.compute import forget_compiled, peak_cuda_memory, reproducible_compute
 from pytest_fullgraph.generation import UnsupportedGeneration, generate, seeded
@@ -247,11 +248,12 @@ def _explained_difference(run: _Run, eager: torch.Tensor, other: torch.Tensor) -
     is a rounding flip or a divergence (sampled steps depend on the random draw, which float64 cannot replay)."""
     mismatch = first_difference(eager, other, run.prompt_width)
     mismatch.eager_logit_gap = eager_logit_gap(run.model, run.inputs, run.reference, run.seed, mismatch)
-    if not run.reference.do_sample:
+    if top1_steps(run.reference):
         mismatch.precision = precision_verdict(run.model, run.inputs, eager, mismatch)
     elif run.result.dtype != "float32":
         mismatch.precision_note = ("rounding is judged at greedy steps only: a sampled token depends on the whole "
-                                   "distribution, not on which of two logits is ahead")
+                                   "distribution, a beam's on its summed score against every other beam's, not on "
+                                   "which of two logits is ahead")
     return mismatch
 
 

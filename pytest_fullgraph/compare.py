@@ -31,9 +31,19 @@ def first_difference(eager: torch.Tensor, compiled: torch.Tensor, prompt_width: 
                     token if longer is compiled else None, None, list(eager.shape), list(compiled.shape))
 
 
+def top1_steps(config: GenerationConfig) -> bool:
+    """Whether each new token is the top-1 of one step's logits for its own row's prefix (greedy, also when drafts
+    propose it), the only case where a rounding flip can be judged from two logits; not sampling (a draw), nor
+    beam search (summed scores across beams; a returned row is not a row of the step's logits)."""
+    return not config.do_sample and (config.num_beams or 1) == 1
+
+
 def eager_logit_gap(model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig, seed: int,
                     mismatch: Mismatch) -> float | None:
-    """Top-1 minus top-2 logit of the eager step at the mismatch: tiny gaps mean a float-order flip."""
+    """Top-1 minus top-2 logit of the eager step at the mismatch: tiny gaps mean a float-order flip. None in
+    beam search, where a returned row is not a row of the step's logits."""
+    if (config.num_beams or 1) > 1:
+        return None
     config = copy.deepcopy(config)
     config.output_logits = True
     config.return_dict_in_generate = True
@@ -174,7 +184,7 @@ def static_cache_verdict(model: PreTrainedModel, inputs: dict[str, Any], config:
     where = first_difference(eager, static, int(inputs["input_ids"].shape[1]))
     found = (f"; model.generate with a static cache differs from the default too (row {where.row}, position "
              f"{where.position}: {where.eager_token} vs {where.compiled_token})")
-    precision = None if config.do_sample else precision_verdict(model, inputs, eager, where)
+    precision = precision_verdict(model, inputs, eager, where) if top1_steps(config) else None
     if precision is not None and precision.kind == ROUNDING:
         return (f"{found}, by a rounding flip ({precision.describe()}): in {precision.dtype} the two caches round "
                 "differently, which shows neither the model's static-cache path nor the loop wrong")

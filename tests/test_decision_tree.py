@@ -196,6 +196,20 @@ def test_own_loop_mismatch_names_the_static_cache_verdict(static: torch.Tensor |
     assert result.message.endswith(verdict)
 
 
+def test_a_beam_mismatch_past_the_prompts_rows_is_explained_without_judging_rounding() -> None:
+    """Beam search returns num_return_sequences rows per prompt: a difference in row 2 (of 2 prompts) is a
+    mismatch, not a crash of the rounding judge, which judges top-1 steps only (a beam's token is not one)."""
+    returned = torch.cat([EAGER, EAGER])
+    ours = returned.clone()
+    ours[2, PROMPT_WIDTH + 1] = 99
+    result = run_check(ScriptedModel(returned, static=returned), "scripted", "beam_eos",
+                       FakeLevel(own_loop=ours), "eager", NEW_TOKENS, diagnose=False)
+    assert result.outcome == "mismatch", result.message
+    assert result.mismatch is not None and (result.mismatch.row, result.mismatch.step) == (2, 1)
+    assert result.mismatch.precision is None and result.mismatch.eager_logit_gap is None
+    assert result.message.endswith("so the difference is the loop's")
+
+
 def test_own_loop_that_agrees_goes_on_to_the_compiled_run() -> None:
     level = FakeLevel(own_loop=EAGER)
     assert check(ScriptedModel(), level).outcome == "pass" and level.compiled_runs == 1
