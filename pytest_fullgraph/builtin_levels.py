@@ -66,6 +66,11 @@ class ForwardLevel(_TorchCompileLevel):
 class GenerateLevel(_TorchCompileLevel):
     name = "generate"
     description = "torch.compile(model.generate, fullgraph=True)"
+    #: Its every-break pass costs 10-13 s a check on 2 cores (dynamo re-traces generate from each break: 27 frame
+    #: compiles for a tiny llama), nearly half the main command's compile time, and finds transformers' own
+    #: generation sites alone in 707 of the 764 failing checks recorded over every model (bench/reports/matrix-*).
+    #: The fast tier records the first break; RUN_SLOW or --fullgraph-breaks=all record every one.
+    every_break_in_fast_tier = False
 
     def run(self, model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig, backend: Any,
             fullgraph: bool) -> torch.Tensor:

@@ -104,6 +104,9 @@ class Level:
     #: collected only when ``--fullgraph-levels`` names it (by name, glob or ``all``): paths other than
     #: compiling generation itself, such as transformers' own exporters, which a default run does not pay for
     opt_in: bool = False
+    #: whether the fast tier's default break mode ("auto") runs the diagnostic pass that records every break of a
+    #: breaking check; false where that pass costs much and finds what the first break already says
+    every_break_in_fast_tier: bool = True
 
     def unavailable_reason(self, device: str) -> str | None:
         """Why the level cannot run on ``device`` (a skip, not a failure), or None when it can."""

@@ -161,9 +161,10 @@ OPTIONS: tuple[Option, ...] = (
            help="Keep inductor's compile caches in DIR, for this run's workers too, so a second run reuses them "
                 "(default: TORCHINDUCTOR_CACHE_DIR, else inductor's temporary directory; ini: fullgraph_cache_dir)"),
     Option("fullgraph_breaks", "--fullgraph-breaks", metavar="MODE", parse=Choice(BREAK_MODES, "a break mode"),
-           field="breaks", default="all",
-           help="'all': a check that breaks runs once more without fullgraph to record every break (default); "
-                "'first': record only the first break, faster (ini: fullgraph_breaks)"),
+           field="breaks", default="auto",
+           help="'all': a check that breaks runs once more without fullgraph to record every break; 'first': "
+                "record only the first break, faster; 'auto' (default): 'all', but the fast tier's generate checks "
+                "record their first break (ini: fullgraph_breaks)"),
     Option("fullgraph_dtype", "--fullgraph-dtype", metavar="DTYPES", parse=Choice(DTYPES, "a dtype", many=True),
            field="dtypes", default=("float32",),
            help=f"Comma list of dtypes to run every check in, of {', '.join(DTYPES)} (default: float32; "

@@ -290,6 +290,11 @@ class CheckResult:
         """Every recorded break, or the first one alone when no diagnostic pass ran."""
         return self.breaks or ([self.first_break] if self.first_break else [])
 
+    @property
+    def every_break_recorded(self) -> bool:
+        """Whether ``breaks`` holds every break (a diagnostic pass ran), not the first alone."""
+        return bool(self.breaks) or self.first_break is None
+
     def headline(self) -> str:
         """The message's first line, or the outcome when the message is empty."""
         return first_line(self.message) or self.outcome

@@ -89,14 +89,16 @@ class FullgraphSession:
         entry = self.model(model_name, dtype)  # built before the clock starts: a build serves all its checks
         started = time.perf_counter()
         backend, tokens = self.settings.backend, self.max_new_tokens(level)
+        level_object = self.levels[level]
         if isinstance(entry, Unavailable):
             result = CheckResult(model_name, scenario, level, backend, tokens, SKIP, f"skipped: {entry.reason}",
                                  dtype=dtype)
         elif isinstance(entry, BuildFailed):
             result = failed_build(model_name, scenario, level, backend, tokens, dtype, entry.error)
         else:
-            result = run_check(entry.model, model_name, SCENARIOS[scenario], self.levels[level], backend, tokens,
-                               diagnose=self.settings.breaks == "all", timeout=self.settings.timeout,
+            result = run_check(entry.model, model_name, SCENARIOS[scenario], level_object, backend, tokens,
+                               diagnose=self.settings.records_every_break(level_object),
+                               timeout=self.settings.timeout,
                                artifacts=self.settings.artifacts_dir, artifact_runtime=self.settings.artifact_runtime)
         result.duration_s = time.perf_counter() - started
         result.model_class, result.parameters, result.can_compile_fullgraph = self.models.facts(model_name)

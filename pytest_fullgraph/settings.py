@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pytest_fullgraph.scenarios import BASIC
+
+if TYPE_CHECKING:
+    from pytest_fullgraph.levels import Level
 
 BACKENDS = ("eager", "aot_eager", "inductor")
 #: Dtypes a model can be checked in; float64 is the reference that judges rounding, not a dtype under test.
@@ -17,7 +21,9 @@ DEFAULT_TIMEOUT = 900.0
 FAST_BACKEND, SLOW_BACKEND = "aot_eager", "inductor"
 FAST_MAX_NEW_TOKENS, SLOW_MAX_NEW_TOKENS = 4, 16
 RUN_SLOW_ENV = "RUN_SLOW"
-BREAK_MODES = ("all", "first")
+#: "auto" (the default): "all" in the slow tier; in the fast tier "all" for every level but those whose
+#: ``Level.every_break_in_fast_tier`` is false (``generate``), which record their first break.
+BREAK_MODES = ("auto", "all", "first")
 #: ``attn_implementation`` values ``--fullgraph-attn`` takes (None: each model's own default, sdpa for most).
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention")
 DEFAULT_DEVICE = "cpu"
@@ -38,8 +44,9 @@ class Settings:
     report_dir: Path | None = None
     #: where the run's failing checks get their reproducers when it ends (``--fullgraph-repro``), or None
     repro_dir: Path | None = None
-    #: "all": a failing check runs a diagnostic pass that records every break; "first": only the first
-    breaks: str = "all"
+    #: "all": a failing check runs a diagnostic pass that records every break; "first": only the first;
+    #: "auto": see ``BREAK_MODES``
+    breaks: str = "auto"
     #: see ``SUITE_MODES``
     suite: str = "auto"
     #: whether models were chosen explicitly (command line or ini) rather than by default
@@ -66,6 +73,12 @@ class Settings:
     progress: bool = False
     #: the levels every check runs at (``--fullgraph-levels``), in registration order; empty: the built-in default
     levels: tuple[str, ...] = ()
+
+    def records_every_break(self, level: Level) -> bool:
+        """Whether a breaking check of ``level`` gets the diagnostic pass that records every break."""
+        if self.breaks == "auto":
+            return self.run_slow or level.every_break_in_fast_tier
+        return self.breaks == "all"
 
     def describe(self) -> dict[str, object]:
         """The settings a report records (JSON builtins)."""

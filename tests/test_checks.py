@@ -39,7 +39,7 @@ def test_planted_break_is_xfail_at_its_file_and_line(toy_project: pytest.Pyteste
     assert written["break_help"]["GB0170"]["gb_type"] == "Data-dependent branching"
 
 
-@pytest.mark.parametrize(("mode", "recorded"), [("all", 1), ("first", 0)])
+@pytest.mark.parametrize(("mode", "recorded"), [("all", 1), ("first", 0), ("auto", 1)])
 def test_break_mode_decides_whether_every_break_is_recorded(toy_project: pytest.Pytester, tmp_path: Path,
                                                            mode: str, recorded: int) -> None:
     result = toy_project.runpytest("--fullgraph-models=toy_break", "--fullgraph-backend=eager", *FORWARD_GREEDY,
@@ -48,9 +48,22 @@ def test_break_mode_decides_whether_every_break_is_recorded(toy_project: pytest.
     check = checks_by_id(read_report(tmp_path))["toy_break-greedy-forward"]
     assert check["first_break"]["line"] == PLANTED_BREAK_LINE
     assert len(check["breaks"]) == recorded
-    assert ("diagnose_s" in check["timings"]) is (mode == "all")
+    assert ("diagnose_s" in check["timings"]) is (mode != "first")
     if recorded:
         assert check["breaks"][0]["line"] == PLANTED_BREAK_LINE and check["breaks"][0]["hits"] >= 1
+
+
+def test_the_default_break_mode_keeps_the_first_break_of_generate_in_the_fast_tier(toy_project: pytest.Pytester,
+                                                                                  tmp_path: Path) -> None:
+    result = toy_project.runpytest("--fullgraph-models=toy_break", "--fullgraph-backend=eager",
+                                   "-k", "greedy and generate", "-p", "no:cacheprovider",
+                                   f"--fullgraph-report={tmp_path}")
+    result.assert_outcomes(xfailed=1)
+    written = read_report(tmp_path)
+    check = checks_by_id(written)["toy_break-greedy-generate"]
+    assert check["first_break"]["file"] == "transformers/generation/utils.py"
+    assert check["breaks"] == [] and "diagnose_s" not in check["timings"]
+    assert written["environment"]["breaks"] == "auto"
 
 
 def test_planted_break_fails_when_strict(toy_project: pytest.Pytester) -> None:

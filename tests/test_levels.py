@@ -179,3 +179,21 @@ def test_a_bad_timeout_is_a_usage_error(pytester: pytest.Pytester) -> None:
         result = pytester.runpytest(f"--fullgraph-timeout={bad}")
         assert result.ret == pytest.ExitCode.USAGE_ERROR
         result.stderr.fnmatch_lines([f"*--fullgraph-timeout={bad!r} is not a number of seconds; use a number >= 0*"])
+
+
+@pytest.mark.parametrize(("mode", "run_slow", "generate", "others"), [
+    ("auto", False, False, True),  # the fast tier: generate's first break, every break elsewhere
+    ("auto", True, True, True),
+    ("all", False, True, True),
+    ("first", True, False, False),
+])
+def test_the_break_mode_decides_which_levels_record_every_break(mode: str, run_slow: bool, generate: bool, others: bool,
+                                                               modules_loaded_outside_pytester: None) -> None:
+    from pytest_fullgraph.builtin_levels import builtin_levels
+    from pytest_fullgraph.settings import Settings
+
+    settings = Settings(models=("llama",), backend="aot_eager", max_new_tokens=4, run_slow=run_slow, strict=False,
+                        breaks=mode)
+    levels = builtin_levels()
+    assert settings.records_every_break(levels["generate"]) is generate
+    assert {settings.records_every_break(levels[name]) for name in levels if name != "generate"} == {others}

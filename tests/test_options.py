@@ -47,12 +47,13 @@ def header(result: pytest.RunResult) -> str:
                                            "inductor?); use one of eager, aot_eager, inductor"]),
         (["--fullgraph-dtype=float32,bflaot16"], ["--fullgraph-dtype='float32,bflaot16': 'bflaot16' (did you mean "
                                                   "bfloat16"]),
-        (["--fullgraph-breaks=frist"], ["'frist' is not a break mode (did you mean first?); use one of all, first"]),
+        (["--fullgraph-breaks=frist"], ["'frist' is not a break mode (did you mean first?); use one of auto, all, "
+                                          "first"]),
         (["--fullgraph-artifact-runtime=aot"], ["'aot' is not an artifact runtime (did you mean aoti?)"]),
         (["--fullgraph-max-new-tokens=0"], ["'0' is not a positive integer"]),
         (["--fullgraph-max-new-tokens=-3"], ["'-3' is not a positive integer"]),
         (["--fullgraph-max-new-tokens=four"], ["'four' is not a positive integer"]),
-        (["--fullgraph-breaks=some"], ["'some' is not a break mode; use one of all, first"]),
+        (["--fullgraph-breaks=some"], ["'some' is not a break mode; use one of auto, all, first"]),
         (["--fullgraph-device=tpu"], ["--fullgraph-device='tpu' is not a device; use one of cpu, cuda"]),
         (["--fullgraph-device=cpu:x"], ["'cpu:x' is not a device"]),
     ],

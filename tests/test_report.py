@@ -266,6 +266,27 @@ def test_ratchet_fails_on_improvements_and_prints_the_refresh_command(tmp_path: 
     assert unchanged.returncode == 0 and "cp " not in unchanged.stdout
 
 
+def test_a_run_that_kept_only_first_breaks_is_gated_on_its_first_break_alone() -> None:
+    from pytest_fullgraph.report.gate import diff
+
+    every = [a_result("llama", "break", [a_break(10), a_break(20), a_break(30)])]
+    first_only = a_result("llama", "break")
+    first_only.first_break = a_break(10)
+    same = diff(report.Report(dict(ENVIRONMENT), every), report.Report(dict(ENVIRONMENT), [first_only]))
+    assert not same.changed, same.regressions + same.improvements  # fewer recorded breaks is not an improvement
+    moved = a_result("llama", "break")
+    moved.first_break = a_break(15)
+    gate = diff(report.Report(dict(ENVIRONMENT), every), report.Report(dict(ENVIRONMENT), [moved]))
+    where = "transformers/generation/utils.py:15"
+    assert gate.regressions == [f"REGRESSION llama-greedy-generate-float32: new first break {where} "
+                                "(Data-dependent branching)"]
+    assert gate.improvements == ["IMPROVED llama-greedy-generate-float32: first break gone "
+                                 "transformers/generation/utils.py:10 (Data-dependent branching)"]
+    fewer = [a_result("llama", "break", [a_break(10)])]
+    both_every = diff(report.Report(dict(ENVIRONMENT), every), report.Report(dict(ENVIRONMENT), fewer))
+    assert "IMPROVED llama-greedy-generate-float32: graph breaks 3 -> 1" in both_every.improvements
+
+
 def test_interrupted_current_run_fails_the_gate(tmp_path: Path) -> None:
     baseline = save(tmp_path / "base", [a_result("llama", "pass")])
     interrupted = report.Report(dict(ENVIRONMENT), [a_result("llama", "pass")],

@@ -42,6 +42,11 @@ def break_sites(result: CheckResult) -> set[tuple[str, str]]:
     return {(record.where(), record.gb_type) for record in result.break_records()}
 
 
+def first_break_site(result: CheckResult) -> set[tuple[str, str]]:
+    record = result.first_break
+    return {(record.where(), record.gb_type)} if record else set()
+
+
 def gated_outcome(result: CheckResult, divergences_only: bool) -> str:
     """The outcome the gate compares: with ``divergences_only`` a mismatch classified as a rounding flip
     counts as a pass (tokens differ only where the dtype cannot tell the two apart)."""
@@ -83,6 +88,9 @@ def _compare(gate: GateResult, old: CheckResult, new: CheckResult, divergences_o
         gate.regressions.append(f"REGRESSION {name}: {before} -> {after}: {new.headline()}")
     elif outcome_rank(after) < outcome_rank(before):
         gate.improvements.append(f"IMPROVED {name}: {before} -> {after}")
+    if not (old.every_break_recorded and new.every_break_recorded):
+        _compare_first_breaks(gate, name, old, new)
+        return
     for where, gb_type in sorted(break_sites(new) - break_sites(old)):
         gate.regressions.append(f"REGRESSION {name}: new break site {where} ({gb_type})")
     for where, gb_type in sorted(break_sites(old) - break_sites(new)):
@@ -92,6 +100,16 @@ def _compare(gate: GateResult, old: CheckResult, new: CheckResult, divergences_o
         gate.regressions.append(f"REGRESSION {name}: graph breaks {old_count} -> {new_count}")
     elif new_count < old_count:
         gate.improvements.append(f"IMPROVED {name}: graph breaks {old_count} -> {new_count}")
+
+
+def _compare_first_breaks(gate: GateResult, name: str, old: CheckResult, new: CheckResult) -> None:
+    """Where one side recorded only its first break (``--fullgraph-breaks=first``, or ``auto``'s fast-tier
+    ``generate``), the first breaks are what both have: a new one is a regression, the counts say nothing."""
+    before, after = first_break_site(old), first_break_site(new)
+    for where, gb_type in sorted(after - before):
+        gate.regressions.append(f"REGRESSION {name}: new first break {where} ({gb_type})")
+    for where, gb_type in sorted(before - after):
+        gate.improvements.append(f"IMPROVED {name}: first break gone {where} ({gb_type})")
 
 
 def refresh_command(baseline_path: str, current_path: str) -> str:
