@@ -202,8 +202,8 @@ def test_a_beam_mismatch_past_the_prompts_rows_is_explained_without_judging_roun
     returned = torch.cat([EAGER, EAGER])
     ours = returned.clone()
     ours[2, PROMPT_WIDTH + 1] = 99
-    result = run_check(ScriptedModel(returned, static=returned), "scripted", "beam_eos",
-                       FakeLevel(own_loop=ours), "eager", NEW_TOKENS, diagnose=False)
+    model: Any = ScriptedModel(returned, static=returned)
+    result = run_check(model, "scripted", "beam_eos", FakeLevel(own_loop=ours), "eager", NEW_TOKENS, diagnose=False)
     assert result.outcome == "mismatch", result.message
     assert result.mismatch is not None and (result.mismatch.row, result.mismatch.step) == (2, 1)
     assert result.mismatch.precision is None and result.mismatch.eager_logit_gap is None
