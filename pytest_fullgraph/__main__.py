@@ -136,7 +136,7 @@ def _findings(args: argparse.Namespace) -> int:
         return 2
     output = Path(args.output) if args.output else None
     text = findings.generate([Path(path) for path in args.reports], [Path(path) for path in args.releases],
-                             output, args.sites)
+                             output, args.sites, [Path(path) for path in args.also])
     if output is None:
         sys.stdout.write(text)
     else:

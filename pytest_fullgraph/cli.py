@@ -30,7 +30,8 @@ _EXAMPLES = {
   python -m pytest_fullgraph report collate reports/*/fullgraph-report.json -o merged --baselines baselines \\
       --expect fast-torch2.13.0 --summary step-summary.md""",
     "findings": """example:
-  python -m pytest_fullgraph report findings bench/reports --releases bench/reports/releases -o docs/FINDINGS.md""",
+  python -m pytest_fullgraph report findings bench/reports --releases bench/reports/releases \\
+      --also bench/reports/modes bench/reports/hf -o docs/FINDINGS.md""",
     "upstream": """example:
   python -m pytest_fullgraph repro bench/reports/matrix-*.json.gz cpmant mpt -o repros
   python -m pytest_fullgraph report upstream bench/reports/matrix-*.json.gz --repros repros -o drafts""",
@@ -184,6 +185,9 @@ def _findings_parser(report_commands: Any) -> None:
                                "for the reports in it")
     findings.add_argument("--releases", nargs="+", default=[], metavar="REPORT",
                           help="One report per torch release; a directory stands for DIR/*/fullgraph-report.json[.gz]")
+    findings.add_argument("--also", nargs="+", default=[], metavar="RUN",
+                          help="Further runs, a section each (a directory's reports merged): the decoding-modes "
+                               "matrix, transformers' export paths")
     findings.add_argument("--sites", type=int, default=DEFAULT_SITES, metavar="N",
                           help=f"Break sites listed per table (default {DEFAULT_SITES})")
     findings.add_argument("-o", "--output", default=None, metavar="FILE",

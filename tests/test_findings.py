@@ -20,6 +20,8 @@ from pytest_fullgraph.results import BreakRecord, CheckResult
 REPOSITORY = Path(__file__).resolve().parents[1]
 #: The committed page and the arguments that make it, relative to the repository (the page quotes them).
 PAGE, RUN, RELEASES = Path("docs/FINDINGS.md"), [Path("bench/reports")], [Path("bench/reports/releases")]
+#: The further runs the page has a section each for: the decoding-modes matrix, transformers' export paths.
+ALSO = [Path("bench/reports/modes"), Path("bench/reports/hf")]
 ENVIRONMENT = {"torch": "2.13.0+cpu", "transformers": "5.24.0", "backend": "aot_eager", "max_new_tokens": 4,
                # legends are written with sorted keys: the page still puts the levels in the suite's order
                "levels": {"decode": "", "forward": ""}}
@@ -221,14 +223,37 @@ import sys
 sys.modules["torch"] = None
 from pathlib import Path
 from pytest_fullgraph.report import findings
-sys.stdout.write(findings.generate([Path("bench/reports")], [Path("bench/reports/releases")], Path("docs/FINDINGS.md")))
+sys.stdout.write(findings.generate([Path("bench/reports")], [Path("bench/reports/releases")], Path("docs/FINDINGS.md"),
+                                   also=[Path("bench/reports/modes"), Path("bench/reports/hf")]))
 assert not [name for name in sys.modules if name.split(".")[0] in ("torch", "transformers")
             and sys.modules[name] is not None]
 """
 
 
+def test_a_further_run_has_its_section_with_features_errors_and_mismatches() -> None:
+    modes = [a_check(model, level, outcome, scenario, message=message)
+             for model in ("llama", "opt")
+             for scenario, level, outcome, message in (
+                 ("beam", "decode", "pass", ""), ("beam", "forward", "error", "nothing was compiled: beam search"),
+                 ("assisted", "decode", "mismatch" if model == "opt" else "pass", "differs at row 0\nmore"),
+                 ("assisted", "forward", "pass", ""))]
+    page = findings.findings([("run.json", Report(dict(ENVIRONMENT), a_run()))], [], "cmd",
+                             further=[("bench/reports/modes", [("modes.json", Report(dict(ENVIRONMENT), modes))])])
+    text = page[page.index("## `bench/reports/modes`"):]
+    assert text.startswith("## `bench/reports/modes`: 8 checks of 2 models\n")
+    assert "scenarios assisted, beam. From `modes.json`." in text  # no legend here: by name
+    assert "| `forward` | 4 | 2 | 0 | 0 | 0 | 0 | 2 | 0 |" in text
+    # feature x level: beam search first (the scenario table's order), levels in the suite's order
+    assert "| feature (scenario) | forward | decode |" in text
+    assert "| beam_search (`beam`) | 💥 2 | ✅ 2 |" in text and "| `assisted` | ✅ 2 | ✅ 1 ❌ 1 |" in text
+    assert "### Errors by cause\n\n2 checks, 1 cause;" in text and "| llama, opt | forward |" in text
+    assert "  - opt (decode): differs at row 0" in text
+    # the basic run's own sections are not repeated for a further run
+    assert text.count("### Flag audit") == 0 and page.count("### Flag audit") == 1
+
+
 def test_the_committed_findings_page_is_what_the_committed_reports_give() -> None:
-    command = findings.command_line(RUN, RELEASES, PAGE)
+    command = findings.command_line(RUN, RELEASES, PAGE, also=ALSO)
     completed = subprocess.run([sys.executable, "-c", REGENERATE], cwd=REPOSITORY, capture_output=True, text=True,
                                check=False)
     assert completed.returncode == 0, completed.stderr[-2000:]

@@ -173,24 +173,12 @@ def _feature_sections(report: Report, checks: list[CheckResult]) -> list[str]:
     """Which generation features compile into one graph with eager's tokens: feature x level (outcomes counted
     over the models) and feature x model (one glyph per level). Shown once a run has scenarios beyond the four
     basic ones."""
-    scenarios = canonical({r.scenario for r in checks}, [*(report.environment.get("scenarios") or {}), *SCENARIOS])
+    scenarios = canonical({r.scenario for r in checks}, [*SCENARIOS, *(report.environment.get("scenarios") or {})])
     if set(scenarios) <= {"greedy", "sample", "eos", "padded"}:
         return []
-    levels = canonical({r.level for r in checks}, [*(report.environment.get("levels") or {}), *BUILTIN_LEVEL_NAMES])
+    levels = canonical({r.level for r in checks}, [*BUILTIN_LEVEL_NAMES, *(report.environment.get("levels") or {})])
     models = sorted({r.model for r in checks})
-    by_cell: dict[tuple[str, str], list[CheckResult]] = {}
-    for result in checks:
-        by_cell.setdefault((result.scenario, result.level), []).append(result)
-    lines = ["## Generation features x levels", "",
-             "Each cell counts the models' outcomes for the feature at the level.", "",
-             "| feature (scenario) | " + " | ".join(levels) + " |", "|---|" + "---|" * len(levels)]
-    for scenario in scenarios:
-        cells = []
-        for level in levels:
-            counts = Counter(result.outcome for result in by_cell.get((scenario, level), []))
-            cells.append(" ".join(f"{_GLYPHS.get(outcome, outcome)} {counts[outcome]}" for outcome in OUTCOMES
-                                  if counts[outcome]) or "—")
-        lines.append(f"| {_feature_label(scenario)} | " + " | ".join(cells) + " |")
+    lines = ["## Generation features x levels", "", *feature_level_table(report, checks)]
     lines += ["", "## Generation features x models", "",
               f"Each cell: one glyph per level, in the order {', '.join(levels)}.", "",
               "| feature (scenario) | " + " | ".join(models) + " |", "|---|" + "---|" * len(models)]
@@ -200,6 +188,30 @@ def _feature_sections(report: Report, checks: list[CheckResult]) -> list[str]:
                          in by_key else "·" for level in levels) for model in models]
         lines.append(f"| {_feature_label(scenario)} | " + " | ".join(cells) + " |")
     return [*lines, ""]
+
+
+def feature_level_table(report: Report, checks: list[CheckResult]) -> list[str]:
+    """Feature x level: each cell counts the models' outcomes for one scenario at one level, by glyph."""
+    # the built-in order first: a stored report's legend keys are sorted (see ``tables.columns``)
+    scenarios = canonical({r.scenario for r in checks}, [*SCENARIOS, *(report.environment.get("scenarios") or {})])
+    levels = canonical({r.level for r in checks}, [*BUILTIN_LEVEL_NAMES, *(report.environment.get("levels") or {})])
+    by_cell: dict[tuple[str, str], list[CheckResult]] = {}
+    for result in checks:
+        by_cell.setdefault((result.scenario, result.level), []).append(result)
+    lines = [f"Each cell counts the models' outcomes for the feature at the level ({_glyph_legend()}).", "",
+             "| feature (scenario) | " + " | ".join(levels) + " |", "|---|" + "---|" * len(levels)]
+    for scenario in scenarios:
+        cells = []
+        for level in levels:
+            counts = Counter(result.outcome for result in by_cell.get((scenario, level), []))
+            cells.append(" ".join(f"{_GLYPHS.get(outcome, outcome)} {counts[outcome]}" for outcome in OUTCOMES
+                                  if counts[outcome]) or "—")
+        lines.append(f"| {_feature_label(scenario)} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _glyph_legend() -> str:
+    return ", ".join(f"{glyph} {outcome}" for outcome, glyph in _GLYPHS.items())
 
 
 def _feature_label(scenario: str) -> str:

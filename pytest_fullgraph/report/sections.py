@@ -86,13 +86,13 @@ def _break_help(gb_ids: list[str], help_by_id: dict[str, BreakHelp]) -> list[str
     return [*lines, ""]
 
 
-def errors(report: Report, checks: list[CheckResult]) -> list[str]:
+def errors(report: Report, checks: list[CheckResult], heading: str = "##") -> list[str]:
     """Errors (and nondeterministic eager runs) grouped by cause, under whose fault each is."""
     failed = [result for result in checks if result.outcome in (ERROR, NONDETERMINISTIC)]
     if not failed:
         return []
     groups = group(failed, error_key, with_fault=True)
-    lines = ["## Errors by cause", "", f"{plural(len(failed), 'check')}, {plural(len(groups), 'cause')}; one "
+    lines = [f"{heading} Errors by cause", "", f"{plural(len(failed), 'check')}, {plural(len(groups), 'cause')}; one "
              "example message per cause.", "", "| whose fault | cause | checks | models | levels |",
              "|---|---|---|---|---|"]
     for found in groups:
