@@ -35,8 +35,11 @@ ORIGIN_RULES: tuple[tuple[str, str, str, str], ...] = (
     ("model", r"^transformers/models/", r"", r""),
     ("integration", r"^transformers/", r"", r""),
     ("torch", r"^torch/", r"", r""),
+    # where an exported program runs: ExecuTorch's and ONNX Runtime's Python bindings
+    ("runtime", r"^(executorch|onnxruntime)/", r"", r""),
 )
-ORIGINS = ("model", "sampling", "eos", "cache", "masking", "generation", "integration", "torch", "loop", "user")
+ORIGINS = ("model", "sampling", "eos", "cache", "masking", "generation", "integration", "torch", "runtime", "loop",
+           "user")
 
 #: gb_types that dynamo raises *because of* a break nested deeper; the nested break is the root cause.
 CONSEQUENCE_GB_TYPES = frozenset({

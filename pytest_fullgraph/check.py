@@ -173,7 +173,8 @@ def _judge_exception(run: _Run, error: Exception) -> None:
         if eager and run.base is not None and run.config is not None:
             with model_generation_defaults(run.model, result.eos_token_id):
                 result.message += eager_failure_blame(run.model, run.inputs, run.base, run.config, run.seed,
-                                                      by_own_loop=run.stage is Stage.OWN_LOOP)
+                                                      by_own_loop=run.stage is Stage.OWN_LOOP,
+                                                      loop=run.level.own_loop_blame)
     if run.stage is Stage.COMPILED:
         result.first_break = located
 

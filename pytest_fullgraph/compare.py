@@ -218,20 +218,21 @@ def _caches_agree_in_float32(model: PreTrainedModel, inputs: dict[str, Any], con
 
 
 def eager_failure_blame(model: PreTrainedModel, inputs: dict[str, Any], base: GenerationConfig,
-                        config: GenerationConfig, seed: int, *, by_own_loop: bool) -> str:
+                        config: GenerationConfig, seed: int, *, by_own_loop: bool, loop: str = "the loop") -> str:
     """Whose fault an eager failure is, where the static cache (which the compiled paths need) may be the cause.
 
     Measured over every model type: cpmant's and dory's static caches are written one slot past their end, in
     ``model.generate`` as in our loop; without this the message named only ``cache_utils.py``. ``base`` is the
     scenario's config, ``config`` the level's reference config built on it; "" when nothing can be added.
+    ``loop`` names whose code the level's own loop runs (``Level.own_loop_blame``).
     """
     if by_own_loop:
         try:
             generate(model, inputs, static_cache_config(base), seed)
         except Exception as error:
             return (f"; model.generate with a static cache fails too ({type(error).__name__}: {first_line(error)}): "
-                    "the model's static-cache path, not the loop")
-        return "; model.generate with a static cache works, so the loop is at fault"
+                    f"the model's static-cache path, not {loop}")
+        return f"; model.generate with a static cache works, so {loop} is at fault"
     if getattr(config, "cache_implementation", None) != "static":
         return ""
     try:

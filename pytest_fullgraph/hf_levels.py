@@ -128,6 +128,7 @@ class HfEtHelperLevel(Level):
     opt_in = True
     graph_rule: GraphRule = GRAPHS_NOT_COUNTED
     own_loop = "the exportable module run eagerly, one position a step"
+    own_loop_blame = "transformers' exportable module (integrations/executorch.py)"
     #: the program of this process's last ``run_compiled`` (checks run one at a time per process)
     _last_program: Any = None
 

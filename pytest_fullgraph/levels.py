@@ -97,6 +97,9 @@ class Level:
     graph_rule: GraphRule = AT_LEAST_ONE_GRAPH
     #: what ``run_own_loop_eagerly`` runs, named in a mismatch message ("" when the level has no loop)
     own_loop: str = ""
+    #: whose code fails when ``run_own_loop_eagerly`` fails and ``generate`` with a static cache works: "the loop"
+    #: (ours), or the code the level's loop drives (transformers' exportable module, for ``hf_et_helper``)
+    own_loop_blame: str = "the loop"
     #: collected only in the slow tier (``--run-slow``): levels whose checks cost more than a pull request affords
     slow_only: bool = False
     #: the device type the level needs ("cuda" for CUDA graphs); its checks elsewhere are skips that say so

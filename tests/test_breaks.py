@@ -53,6 +53,7 @@ def test_planted_breaks_are_located_and_classified(function, argument, origin, g
     (Frame("transformers/integrations/sdpa_attention.py", 1, "sdpa", "a = b"), "integration"),
     (Frame("torch/nn/modules/module.py", 1, "_call_impl", "f()"), "torch"),
     (Frame("mypackage/model.py", 1, "forward", "y = x"), "user"),
+    (Frame("executorch/runtime/__init__.py", 147, "execute", "return self._method(inputs)"), "runtime"),
     (Frame("pytest_fullgraph/decode.py", 1, "_next_tokens", "t = torch.multinomial(p, 1)"), "loop"),
 ])
 def test_origin_rules_table(frame: Frame, origin: str) -> None:

@@ -391,3 +391,13 @@ def test_our_loop_failing_eagerly_is_blamed_on_whichever_fails_alone(static: Exc
     result = check(ScriptedModel(static=static), LoopCrashes())
     assert result.stage == "eager generation by scripted_loop"
     assert result.message.startswith("eager generation by scripted_loop failed") and result.message.endswith(ending)
+
+
+def test_a_loop_that_drives_someone_elses_code_blames_that_code() -> None:
+    """hf_et_helper's own loop runs transformers' exportable module: when it fails and generate with a static
+    cache works, the fault is the module's, not our loop's."""
+    level = LoopCrashes()
+    level.own_loop_blame = "transformers' exportable module (integrations/executorch.py)"
+    result = check(ScriptedModel(), level)
+    assert result.message.endswith("; model.generate with a static cache works, so transformers' exportable module "
+                                   "(integrations/executorch.py) is at fault")

@@ -115,6 +115,15 @@ def test_slowest_checks_are_listed_with_their_phases() -> None:
     (a_check("opt", "error", "nothing was compiled: transformers ran level 'forward' eagerly"), "transformers"),
     (a_check("opt", "error", "compiled generation failed at torch/_inductor/lowering.py:9: KeyError: k"), "torch"),
     (a_check("opt", "error", "timeout after 60 s, during compiled generation"), "unknown"),
+    (a_check("opt", "error", "compiled generation failed at executorch/runtime/__init__.py:147: RuntimeError: "
+                             "method->execute() failed with error 0x10"), "runtime"),
+    (a_check("opt", "error", "eager generation by the exportable module run eagerly, one position a step failed at "
+                             "transformers/cache_utils.py:487: RuntimeError: r; model.generate with a static cache "
+                             "works, so transformers' exportable module (integrations/executorch.py) is at fault"),
+     "transformers"),
+    (a_check("opt", "error", "eager generation by the exportable module run eagerly, one position a step failed at "
+                             "transformers/integrations/executorch.py:536: AttributeError: a; model.generate with a "
+                             "static cache works, so the loop is at fault"), "transformers"),  # as recorded before
 ])
 def test_whose_fault_comes_from_what_the_check_recorded(check: CheckResult, fault: str) -> None:
     assert fault_of(check) == fault

@@ -20,23 +20,27 @@ FAULTS: dict[str, str] = {
     "transformers": "transformers' generation, cache or masking code",
     "loop": "pytest_fullgraph's loop",
     "torch": "PyTorch",
+    "runtime": "the deployment runtime (ExecuTorch, ONNX Runtime)",
     "user": "your code",
     "unknown": "not told",
 }
 #: A break's origin (``breaks.ORIGINS``) to the fault it names.
 _FAULT_OF_ORIGIN = {"model": "model", "sampling": "transformers", "eos": "transformers", "cache": "transformers",
                     "masking": "transformers", "generation": "transformers", "integration": "transformers",
-                    "torch": "torch", "loop": "loop", "user": "user"}
+                    "torch": "torch", "runtime": "runtime", "loop": "loop", "user": "user"}
 #: What an error's message says about its fault, first match wins (the blame sentences of ``compare``).
 _FAULT_OF_MESSAGE = (
     (re.compile(r"the model's static-cache path"), "model"),
+    (re.compile(r"so transformers' exportable module \S+ is at fault"), "transformers"),
+    # hf_et_helper's loop drives transformers' exportable module; reports before it said so blamed "the loop"
+    (re.compile(r"^eager generation by the exportable module .*so the loop is at fault"), "transformers"),
     (re.compile(r"so the loop is at fault"), "loop"),
     (re.compile(r"nothing was compiled: transformers ran"), "transformers"),
 )
 #: Where an error of a check's phase was raised, and its type: "... failed at FILE:LINE: TYPE: ..." (``check``).
 _RAISED_AT = re.compile(r" failed at (\S+?:\d+): (?:(\w+(?:\.\w+)*): )?")
 _FAULT_OF_PATH = (("transformers/models/", "model"), ("transformers/", "transformers"), ("torch/", "torch"),
-                  ("pytest_fullgraph/", "loop"))
+                  ("executorch/", "runtime"), ("onnxruntime/", "runtime"), ("pytest_fullgraph/", "loop"))
 
 
 def raised_at(message: str) -> tuple[str, str] | None:
@@ -60,10 +64,14 @@ def fault_of(result: CheckResult) -> str:
     for pattern, fault in _FAULT_OF_MESSAGE:
         if pattern.search(result.message):
             return fault
-    if result.first_break is not None and result.first_break.origin in _FAULT_OF_ORIGIN:
-        return _FAULT_OF_ORIGIN[result.first_break.origin]
+    origin = result.first_break.origin if result.first_break is not None else ""
+    if origin in _FAULT_OF_ORIGIN and origin != "user":
+        return _FAULT_OF_ORIGIN[origin]
+    # "user" is the origin rules' catch-all: a place the path table knows (a runtime's, in reports before the
+    # runtime origin) says more
     place, _ = raised_at(result.message) or ("", "")
-    return next((fault for prefix, fault in _FAULT_OF_PATH if place.startswith(prefix)), "unknown")
+    return next((fault for prefix, fault in _FAULT_OF_PATH if place.startswith(prefix)),
+                "user" if origin == "user" else "unknown")
 
 
 #: A model class in a reason (``RwkvForCausalLM.forward takes no `cache` argument``) and the loop form named.

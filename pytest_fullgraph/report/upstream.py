@@ -30,7 +30,7 @@ UPSTREAM = {
     "dynamo": "PyTorch: dynamo (torch.compile's tracer)",
     "inductor": "PyTorch: inductor (torch.compile's compiler)",
     "export": "PyTorch: torch.export",
-    "runtime": "PyTorch: a runtime (AOTInductor, the .pt2 loader)",
+    "runtime": "a runtime: AOTInductor and the .pt2 loader (PyTorch), ExecuTorch (PyTorch), ONNX Runtime",
 }
 #: Not upstream's: fixed here or by the user.
 NOT_UPSTREAM = {"loop": "pytest_fullgraph's own loop: an issue in this repository",
