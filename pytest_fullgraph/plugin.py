@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_fullgraph import compile_events, hookspecs, models, options, progress, report
+from pytest_fullgraph import compile_events, crash_sites, hookspecs, models, options, progress, report
 from pytest_fullgraph.builtin_levels import builtin_levels
 from pytest_fullgraph.environment import git_revision
 from pytest_fullgraph.model_cache import BuildFailed, Built, Unavailable
@@ -68,7 +68,8 @@ def pytest_configure(config: pytest.Config) -> None:
         git_revision()  # now, before the checks: the report names the commit that ran
     _collect_the_suite(config, settings)
     config.stash[SESSION_KEY] = session
-    config.pluginmanager.register(_ControllerHooks(session), f"fullgraph-session-{id(config)}")
+    hooks = _ControllerHooks(session, crash_sites.install(config, session.is_worker))
+    config.pluginmanager.register(hooks, f"fullgraph-session-{id(config)}")
     if settings.progress and not session.is_worker:
         checks, earlier = checks_by_parameters(session), options.read_costs_report(chosen)
         progress.show(config, lambda nodeid: checks.get(parameters_of_test_id(nodeid)), earlier)
@@ -208,8 +209,8 @@ class _ControllerHooks:
     Workers attach each result to its test report; only the controller collects them and writes files.
     """
 
-    def __init__(self, session: FullgraphSession) -> None:
-        self.session = session
+    def __init__(self, session: FullgraphSession, crashes: crash_sites.CrashSites | None) -> None:
+        self.session, self.crashes = session, crashes
         self.collecting = False
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -225,9 +226,11 @@ class _ControllerHooks:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
-        """xdist names the test a dead worker was running; a check among them is recorded as ``error``."""
-        self.session.record_crash(crashitem, progress.worker_id(getattr(report, "node", None)),
-                                  check_of_test_id(crashitem, self.session))
+        """xdist names the test a dead worker was running; a check among them is recorded as ``error``, with where
+        the worker died when its faulthandler file says."""
+        worker = progress.worker_id(getattr(report, "node", None))
+        site = self.crashes.site(worker) if self.crashes is not None else ""
+        self.session.record_crash(crashitem, worker, check_of_test_id(crashitem, self.session), site)
 
     def pytest_plugin_registered(self, plugin: object, manager: pytest.PytestPluginManager) -> None:
         """A conftest loaded during collection cannot add models or levels any more: say so, not "unknown"."""

@@ -117,17 +117,21 @@ class FullgraphSession:
         """The levels a run of this tier collects when ``--fullgraph-levels`` is not given."""
         return self.levels.default(self.settings.run_slow)
 
-    def record_crash(self, nodeid: str, worker: str, check: tuple[str, str, str, str] | None) -> None:
+    def record_crash(self, nodeid: str, worker: str, check: tuple[str, str, str, str] | None, site: str = "") -> None:
         """A worker died while running ``nodeid``: name the test, and record its check (model, scenario, level,
-        dtype), when it is one, as an error."""
+        dtype), when it is one, as an error; ``site``: where it died ("Segmentation fault at FILE:LINE in f")."""
         for worker_entry in self.crashed_workers:
             if worker_entry.get("node") == worker and not worker_entry.get("test"):
                 worker_entry["test"] = nodeid
                 break
         else:
-            self.crashed_workers.append({"node": worker, "error": "worker crashed", "test": nodeid})
+            worker_entry = {"node": worker, "error": "worker crashed", "test": nodeid}
+            self.crashed_workers.append(worker_entry)
+        if site:
+            worker_entry["error"] += f"; {site}"
         if check is not None:
             model, scenario, level, dtype = check
             self.record(nodeid, CheckResult(
                 model, scenario, level, self.settings.backend, self.max_new_tokens(level), ERROR,
-                f"worker {worker} crashed while running this check ({nodeid})", dtype=dtype))
+                f"worker {worker} crashed while running this check ({nodeid})" + (f": {site}" if site else ""),
+                dtype=dtype))

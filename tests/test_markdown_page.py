@@ -101,6 +101,10 @@ def test_slowest_checks_are_listed_with_their_phases() -> None:
     assert section.index("`llama-greedy-decode-float32` | 31.0 | eager 1.0, compile 30.0 |") < section.index("gemma")
 
 
+#: The test a crashed worker was running, as xdist names it.
+CRASHED = "suites/test_conformance.py::test_generation_compiles_exactly[opt-greedy-hf_executorch-float32]"
+
+
 @pytest.mark.parametrize(("check", "fault"), [
     (a_check("opt", "break", origin="model"), "model"),
     (a_check("opt", "break", origin="masking"), "transformers"),
@@ -124,12 +128,18 @@ def test_slowest_checks_are_listed_with_their_phases() -> None:
     (a_check("opt", "error", "eager generation by the exportable module run eagerly, one position a step failed at "
                              "transformers/integrations/executorch.py:536: AttributeError: a; model.generate with a "
                              "static cache works, so the loop is at fault"), "transformers"),  # as recorded before
+    (a_check("opt", "error", f"worker gw1 crashed while running this check ({CRASHED}): Segmentation fault at "
+                             "executorch/runtime/__init__.py:147 in execute"), "runtime"),
+    (a_check("opt", "error", f"worker gw1 crashed while running this check ({CRASHED})"), "unknown"),
 ])
 def test_whose_fault_comes_from_what_the_check_recorded(check: CheckResult, fault: str) -> None:
     assert fault_of(check) == fault
 
 
 def test_one_cause_however_its_numbers_names_and_loop_form_vary() -> None:
+    assert error_key(f"worker gw0 crashed while running this check ({CRASHED}): Segmentation fault at x.py:1 in f") \
+        == error_key("worker gw2 crashed while running this check (t.py::t[opt-beam-decode]): Segmentation fault at "
+                     "x.py:1 in f")
     assert error_key("eager generation by fullgraph_generate failed: index 11 of 'cpmant'") == \
         error_key("eager generation by fullgraph_generate(loop='while') failed: index 9 of 'dory'")
     assert error_key("IndexError: index 11") != error_key("KeyError: index 11")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -74,3 +75,47 @@ def test_worker_crash_during_a_check_is_that_checks_error(toy_project: pytest.Py
         "test_conformance.py::test_generation_compiles_exactly[toy_exit-greedy-forward-float32]")
     result.stdout.fnmatch_lines(
         ["*crashed worker gw0 while running *test_conformance.py::*toy_exit-greedy-forward-float32*"])
+
+
+#: faulthandler's dump of a worker that died in ExecuTorch's runtime (an hf_executorch check of deepseek_v3,
+#: shortened): other threads first, then the one that died.
+EXECUTORCH_DUMP = """Fatal Python error: Segmentation fault
+
+Thread 0x00007f1ca95ff6c0 (most recent call first):
+  File "/venv/lib/python3.11/site-packages/execnet/gateway_base.py", line 534 in read
+  File "/venv/lib/python3.11/site-packages/execnet/gateway_base.py", line 411 in _perform_spawn
+
+Current thread 0x00007f1caaa24b80 (most recent call first):
+  File "/venv/lib/python3.11/site-packages/executorch/runtime/__init__.py", line 147 in execute
+  File "/venv/lib/python3.11/site-packages/transformers/exporters/runners/runner_executorch.py", line 60 in __call__
+
+Extension modules: yaml._yaml, torch._C (total: 2)
+"""
+
+
+def test_the_site_of_a_crash_is_the_fatal_error_and_the_dying_threads_innermost_frame() -> None:
+    from pytest_fullgraph.crash_sites import crash_site
+
+    site = crash_site(EXECUTORCH_DUMP)
+    assert site.startswith("Segmentation fault at ") and site.endswith("executorch/runtime/__init__.py:147 in execute")
+    assert crash_site("Fatal Python error: Aborted\n\n") == "Aborted"
+    assert crash_site("") == ""  # os._exit leaves nothing
+
+
+def test_a_segfault_in_a_check_is_its_error_with_where_the_worker_died(toy_project: pytest.Pytester,
+                                                                       tmp_path: Path) -> None:
+    toy_project.makepyfile(conftest=(toy_project.path / "conftest.py").read_text()
+                           + "\nimport ctypes\n\ndef segfault():\n    return ctypes.string_at(0)\n\n\n"
+                             "register_model('toy_segv', segfault)\n")
+    result = toy_project.runpytest_subprocess("-n", "1", "--fullgraph-models=toy_segv,toy", "-k",
+                                              "greedy and forward", "--fullgraph-backend=eager",
+                                              "-p", "no:cacheprovider", f"--fullgraph-report={tmp_path}")
+    report = read_report(tmp_path)
+    checks = {f"{c['model']}-{c['scenario']}-{c['level']}": c for c in report["checks"]}
+    crashed = checks["toy_segv-greedy-forward"]
+    assert crashed["outcome"] == "error", result.stdout.str()
+    # the innermost frame of the thread that died: ctypes' own, as ExecuTorch's ``execute`` is in the dump above
+    site = re.search(r"\): (Segmentation fault at \S*ctypes/__init__\.py:\d+ in string_at)$", crashed["message"])
+    assert site is not None, crashed["message"]
+    assert report["crashed_workers"][0]["error"] == f"Not properly terminated; {site.group(1)}"
+    assert checks["toy-greedy-forward"]["outcome"] == "pass"  # the next check ran on a replacement worker

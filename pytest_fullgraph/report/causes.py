@@ -39,14 +39,21 @@ _FAULT_OF_MESSAGE = (
 )
 #: Where an error of a check's phase was raised, and its type: "... failed at FILE:LINE: TYPE: ..." (``check``).
 _RAISED_AT = re.compile(r" failed at (\S+?:\d+): (?:(\w+(?:\.\w+)*): )?")
+#: Where a worker died, when its faulthandler file said: "... crashed while running this check (...): Segmentation
+#: fault at FILE:LINE in f" (``crash_sites``).
+_DIED_AT = re.compile(r"crashed while running this check \([^)]*\): (.+?) at (\S+?:\d+) in \S+$")
 _FAULT_OF_PATH = (("transformers/models/", "model"), ("transformers/", "transformers"), ("torch/", "torch"),
                   ("executorch/", "runtime"), ("onnxruntime/", "runtime"), ("pytest_fullgraph/", "loop"))
 
 
 def raised_at(message: str) -> tuple[str, str] | None:
-    """(``file:line``, exception type or "") of an error's message, or None when it names no place."""
+    """(``file:line``, exception type or "") of an error's message (for a worker that died: its fatal error, such
+    as "Segmentation fault"), or None when it names no place."""
     found = _RAISED_AT.search(message)
-    return (found.group(1), found.group(2) or "") if found else None
+    if found is None:
+        died = _DIED_AT.search(message)
+        return (died.group(2), died.group(1)) if died else None
+    return (found.group(1), found.group(2) or "")
 
 
 def fault_of_origin(origin: str) -> str:
@@ -77,12 +84,15 @@ def fault_of(result: CheckResult) -> str:
 #: A model class in a reason (``RwkvForCausalLM.forward takes no `cache` argument``) and the loop form named.
 _MODEL_CLASS = re.compile(r"\b[A-Z][A-Za-z0-9]*(?:ForCausalLM|LMHeadModel|WithLMHead|Model|Decoder)\b")
 _LOOP_FORM = re.compile(r"\(loop='\w+'\)")
+#: The test a crashed worker was running, named in its check's message (``session.record_crash``).
+_CRASHED_TEST = re.compile(r"(crashed while running this check) \([^)]*\)")
 
 
 def error_key(message: str) -> str:
     """One cause however its numbers and names vary: tensor sizes, indices, quoted names and the loop form do not
     split a group (cpmant's ``index 11`` and dory's are the same write past the cache's end)."""
-    return re.sub(r"\d+", "N", re.sub(r"'[^']*'", "'…'", _LOOP_FORM.sub("", message)))
+    unnamed = _CRASHED_TEST.sub(r"\1", _LOOP_FORM.sub("", message))
+    return re.sub(r"\d+", "N", re.sub(r"'[^']*'", "'…'", unnamed))
 
 
 def skip_key(message: str) -> str:
