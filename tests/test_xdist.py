@@ -57,24 +57,29 @@ def test_crashed_worker_is_named_in_the_report(pytester: pytest.Pytester, tmp_pa
 
 
 def test_worker_crash_during_a_check_is_that_checks_error(toy_project: pytest.Pytester, tmp_path: Path) -> None:
-    """A model build that kills its worker: the check it was running is an ``error`` naming the crash, the
-    crashed worker names the test, and the other checks still run on a replacement worker."""
+    """Model builds that kill their worker (``os._exit``, a segfault): the check each was running is an ``error``
+    naming the crash, and for the segfault where the worker died; the crashed workers name the tests, and the
+    other checks still run on a replacement worker. One run for both: each is a subprocess of xdist workers."""
     toy_project.makepyfile(conftest=(toy_project.path / "conftest.py").read_text()
-                           + "\nimport os\nregister_model('toy_exit', lambda: os._exit(3))\n")
-    result = toy_project.runpytest_subprocess("-n", "1", "--fullgraph-models=toy_exit,toy", "-k",
+                           + "\nimport ctypes\nimport os\n\n\ndef segfault():\n    return ctypes.string_at(0)\n\n\n"
+                             "register_model('toy_exit', lambda: os._exit(3))\nregister_model('toy_segv', segfault)\n")
+    result = toy_project.runpytest_subprocess("-n", "1", "--fullgraph-models=toy_exit,toy_segv,toy", "-k",
                                               "greedy and forward", "--fullgraph-backend=eager",
                                               "-p", "no:cacheprovider", f"--fullgraph-report={tmp_path}")
     report = read_report(tmp_path)
     checks = {f"{c['model']}-{c['scenario']}-{c['level']}": c for c in report["checks"]}
-    crashed = checks["toy_exit-greedy-forward"]
-    assert crashed["outcome"] == "error", result.stdout.str()
-    assert crashed["message"].startswith("worker gw0 crashed while running this check")
+    exited, segfaulted = checks["toy_exit-greedy-forward"], checks["toy_segv-greedy-forward"]
+    assert exited["outcome"] == segfaulted["outcome"] == "error", result.stdout.str()
+    assert re.fullmatch(r"worker gw\d crashed while running this check \(\S+toy_exit-greedy-forward-float32\]\)",
+                        exited["message"]), exited["message"]  # os._exit leaves no traceback
+    # the innermost frame of the thread that died: ctypes' own, as ExecuTorch's ``execute`` is in the dump below
+    site = re.search(r"\): (Segmentation fault at \S*ctypes/__init__\.py:\d+ in string_at)$", segfaulted["message"])
+    assert site is not None, segfaulted["message"]
     assert checks["toy-greedy-forward"]["outcome"] == "pass"
-    assert [w["node"] for w in report["crashed_workers"]] == ["gw0"]
-    assert report["crashed_workers"][0]["test"].endswith(
-        "test_conformance.py::test_generation_compiles_exactly[toy_exit-greedy-forward-float32]")
-    result.stdout.fnmatch_lines(
-        ["*crashed worker gw0 while running *test_conformance.py::*toy_exit-greedy-forward-float32*"])
+    by_test = {w["test"].rpartition("[")[2]: w for w in report["crashed_workers"]}
+    assert sorted(by_test) == ["toy_exit-greedy-forward-float32]", "toy_segv-greedy-forward-float32]"]
+    assert by_test["toy_segv-greedy-forward-float32]"]["error"] == f"Not properly terminated; {site.group(1)}"
+    result.stdout.fnmatch_lines(["*crashed worker gw* while running *test_conformance.py::*toy_exit-greedy-forward*"])
 
 
 #: faulthandler's dump of a worker that died in ExecuTorch's runtime (an hf_executorch check of deepseek_v3,
@@ -100,22 +105,3 @@ def test_the_site_of_a_crash_is_the_fatal_error_and_the_dying_threads_innermost_
     assert site.startswith("Segmentation fault at ") and site.endswith("executorch/runtime/__init__.py:147 in execute")
     assert crash_site("Fatal Python error: Aborted\n\n") == "Aborted"
     assert crash_site("") == ""  # os._exit leaves nothing
-
-
-def test_a_segfault_in_a_check_is_its_error_with_where_the_worker_died(toy_project: pytest.Pytester,
-                                                                       tmp_path: Path) -> None:
-    toy_project.makepyfile(conftest=(toy_project.path / "conftest.py").read_text()
-                           + "\nimport ctypes\n\ndef segfault():\n    return ctypes.string_at(0)\n\n\n"
-                             "register_model('toy_segv', segfault)\n")
-    result = toy_project.runpytest_subprocess("-n", "1", "--fullgraph-models=toy_segv,toy", "-k",
-                                              "greedy and forward", "--fullgraph-backend=eager",
-                                              "-p", "no:cacheprovider", f"--fullgraph-report={tmp_path}")
-    report = read_report(tmp_path)
-    checks = {f"{c['model']}-{c['scenario']}-{c['level']}": c for c in report["checks"]}
-    crashed = checks["toy_segv-greedy-forward"]
-    assert crashed["outcome"] == "error", result.stdout.str()
-    # the innermost frame of the thread that died: ctypes' own, as ExecuTorch's ``execute`` is in the dump above
-    site = re.search(r"\): (Segmentation fault at \S*ctypes/__init__\.py:\d+ in string_at)$", crashed["message"])
-    assert site is not None, crashed["message"]
-    assert report["crashed_workers"][0]["error"] == f"Not properly terminated; {site.group(1)}"
-    assert checks["toy-greedy-forward"]["outcome"] == "pass"  # the next check ran on a replacement worker
