@@ -79,6 +79,11 @@ class HfExporterLevel(_RequiresPackages):
         exported = AutoHfExporter.from_config(self.export_config()).export_for_generation(
             model, _prompts(inputs), self.export_config(), generation_config=export)
         runners = exported.runners
+        missing = [name for name in ("prefill", "decode") if name not in runners]
+        if missing:  # measured: gemma3's multimodal class; the path does not apply as prefill and decode
+            raise UnsupportedGeneration(
+                f"transformers' exporter made no {' or '.join(map(repr, missing))} program for {type(model).__name__} "
+                f"(it made: {', '.join(map(repr, runners)) or 'nothing'})")
         return lambda: host_loop(runners["prefill"], runners["decode"], recorded, fresh_cache(recorded))
 
 

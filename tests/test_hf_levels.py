@@ -71,6 +71,22 @@ def test_what_a_path_cannot_do_is_a_skip_saying_why(level: str, scenario: str, r
     assert result.outcome == "skip" and reason in result.message, result.message
 
 
+def test_an_exporter_that_makes_no_prefill_and_decode_programs_is_a_skip_naming_what_it_made(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """gemma3's multimodal class: transformers' exporters made other components, and the check read "KeyError:
+    'prefill'" with no place."""
+    from types import SimpleNamespace
+
+    from transformers.exporters import AutoHfExporter
+
+    exporter = SimpleNamespace(export_for_generation=lambda *args, **kwargs: SimpleNamespace(runners={"vision": None}))
+    monkeypatch.setattr(AutoHfExporter, "from_config", classmethod(lambda cls, config: exporter))
+    result = run_check(build_tiny("llama"), "llama", "greedy", "hf_dynamo", "aot_eager", 4)
+    assert result.outcome == "skip", result.message
+    assert result.message.endswith("transformers' exporter made no 'prefill' or 'decode' program for LlamaForCausalLM "
+                                   "(it made: 'vision')")
+
+
 @pytest.mark.parametrize(("level", "extra", "package"), [("hf_onnx", "onnx", "onnxscript"),
                                                          ("hf_executorch", "executorch", "executorch")])
 def test_without_its_extra_a_level_is_a_skip_naming_it(level: str, extra: str, package: str,
