@@ -88,28 +88,22 @@ def _compare(gate: GateResult, old: CheckResult, new: CheckResult, divergences_o
         gate.regressions.append(f"REGRESSION {name}: {before} -> {after}: {new.headline()}")
     elif outcome_rank(after) < outcome_rank(before):
         gate.improvements.append(f"IMPROVED {name}: {before} -> {after}")
-    if not (old.every_break_recorded and new.every_break_recorded):
-        _compare_first_breaks(gate, name, old, new)
+    # where one side recorded only its first break (``--fullgraph-breaks=first``, or ``auto``'s fast-tier
+    # ``generate``), the first breaks are what both have: a new one is a regression, the counts say nothing
+    complete = old.every_break_recorded and new.every_break_recorded
+    sites, (added, gone) = ((break_sites, ("new break site", "break site gone")) if complete else
+                            (first_break_site, ("new first break", "first break gone")))
+    for where, gb_type in sorted(sites(new) - sites(old)):
+        gate.regressions.append(f"REGRESSION {name}: {added} {where} ({gb_type})")
+    for where, gb_type in sorted(sites(old) - sites(new)):
+        gate.improvements.append(f"IMPROVED {name}: {gone} {where} ({gb_type})")
+    if not complete:
         return
-    for where, gb_type in sorted(break_sites(new) - break_sites(old)):
-        gate.regressions.append(f"REGRESSION {name}: new break site {where} ({gb_type})")
-    for where, gb_type in sorted(break_sites(old) - break_sites(new)):
-        gate.improvements.append(f"IMPROVED {name}: break site gone {where} ({gb_type})")
     old_count, new_count = len(old.break_records()), len(new.break_records())
     if new_count > old_count:
         gate.regressions.append(f"REGRESSION {name}: graph breaks {old_count} -> {new_count}")
     elif new_count < old_count:
         gate.improvements.append(f"IMPROVED {name}: graph breaks {old_count} -> {new_count}")
-
-
-def _compare_first_breaks(gate: GateResult, name: str, old: CheckResult, new: CheckResult) -> None:
-    """Where one side recorded only its first break (``--fullgraph-breaks=first``, or ``auto``'s fast-tier
-    ``generate``), the first breaks are what both have: a new one is a regression, the counts say nothing."""
-    before, after = first_break_site(old), first_break_site(new)
-    for where, gb_type in sorted(after - before):
-        gate.regressions.append(f"REGRESSION {name}: new first break {where} ({gb_type})")
-    for where, gb_type in sorted(before - after):
-        gate.improvements.append(f"IMPROVED {name}: first break gone {where} ({gb_type})")
 
 
 def refresh_command(baseline_path: str, current_path: str) -> str:
