@@ -6,6 +6,7 @@
     python bench/generation.py cost --models llama --tokens 16 256 --beams 4
     python bench/generation.py throughput --models popular --tokens 64
     python bench/generation.py throughput --models llama,gemma --batch 1 8 --tokens 64 256 --dtype bfloat16
+    python bench/generation.py throughput --models llama,gemma --batch 1 8 --tokens 64 256 --jobs 8
     python bench/generation.py throughput --models llama --size mid --dtype bfloat16 --batch 1 --tokens 64
     python bench/generation.py throughput --models llama --beams 4 --tokens 64
     python bench/generation.py throughput --models llama --assisted --batch 1 --tokens 64
@@ -22,6 +23,11 @@ the default dynamic-cache ``generate`` (issue #10's target: at least 4x the stat
 CUDA also the ``while`` and (``--variants``) unrolled loops compiled with CUDA graphs. Each cell's tokens are
 compared with the default ``generate``'s (``torch.equal``): a row says ``exact`` or which variant differed.
 ``--size mid`` builds a ~1B-parameter llama-type model with random weights (where the forward dominates).
+``--jobs N`` (N > 1) splits a throughput run in two: every cell is built (compiled, exported, packaged) N at a
+time, then each (variant, model) is measured alone in one fresh process over every shape, warm from its own
+inductor cache and packages: the same steady numbers in a fraction of the time, since compiles parallelise and
+timings must not. ``--phase build`` / ``--phase measure`` with ``--workdir`` run the halves apart (bench/gpu.sh
+builds while the suite runs, then measures alone).
 With CUDA available, compiled variants use mode="reduce-overhead". A variant that fails says its exception's type
 and first line (for a break inside ``while_loop``, the break inside it too).
 """
@@ -30,12 +36,16 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import platform
 import resource
 import subprocess
 import sys
+import tempfile
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 PROMPT_LENGTH = 8
@@ -100,32 +110,37 @@ def _config(tokens: int, beams: int = 1, assisted: bool = False, **extra: Any) -
 
 def measure_one(variant: str, model_name: str, backend: str, batch: int, tokens: int,
                 repeats: int, dtype: str = "float32", size: str = "tiny", beams: int = 1,
-                assisted: bool = False) -> dict[str, Any]:
+                assisted: bool = False, workdir: str | None = None) -> dict[str, Any]:
     """First call (includes compile) and steady-state seconds per token of one variant, in this process, and a
     digest of its tokens (every variant is greedy, or beam search with ``beams`` > 1: equal digests mean equal
-    tokens). With ``assisted`` every variant drafts with the suite's draft model (``models.draft``)."""
+    tokens). With ``assisted`` every variant drafts with the suite's draft model (``models.draft``). ``repeats``
+    0 is a build only. ``ours_aoti`` keeps its package in ``workdir`` and loads it from there when a build left
+    one (``throughput --jobs``)."""
     import torch
     from transformers import CompileConfig
 
     from pytest_fullgraph.decode import fullgraph_generate
     from pytest_fullgraph.models.draft import build_draft
 
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()  # one process may measure several shapes in turn
     model = _build(model_name, dtype, size)
     input_ids, attention_mask = _inputs(model, batch)
     further = {"assistant_model": build_draft(model)} if assisted else {}
 
     if variant == "ours_aoti":
-        import tempfile
-
         from pytest_fullgraph import load_generate, save_generate
         from pytest_fullgraph.decode import export_generate
 
-        directory = tempfile.mkdtemp(prefix="fullgraph-bench-")
+        package = Path(workdir or tempfile.mkdtemp(prefix="fullgraph-bench-"),
+                       f"{model_name}-{dtype}-{size}-b{batch}-t{tokens}-beams{beams}{'-assisted' * assisted}.pt2")
 
         def build_program() -> Any:
+            if package.exists():  # built by the build phase of `throughput --jobs`: this process measures it
+                return load_generate(package)
             program = export_generate(model, input_ids, attention_mask, _config(tokens, beams, assisted),
                                       loop="while", **further)
-            return load_generate(save_generate(program, f"{directory}/{model_name}", runtime="aoti"))
+            return load_generate(save_generate(program, package, runtime="aoti"))
 
         packaged: list[Any] = []
 
@@ -174,7 +189,7 @@ def measure_one(variant: str, model_name: str, backend: str, batch: int, tokens:
             steady.append(time.perf_counter() - started)
     row = {"variant": variant, "model": model_name, "backend": backend, "batch": batch, "tokens": tokens,
            "dtype": dtype, "size": size, "first_call_s": round(first, 3),
-           "ms_per_token": round(1000 * min(steady) / tokens, 3),
+           "ms_per_token": round(1000 * min(steady) / tokens, 3) if steady else None,
            "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
            "tokens_digest": hashlib.sha256(str(output.tolist()).encode()).hexdigest()[:16]}
     if _device() == "cuda":
@@ -203,19 +218,26 @@ def failure(error: BaseException) -> str:
 def _in_subprocess(*args: str) -> dict[str, Any]:
     """One measurement in a fresh process with an empty inductor cache: a compile measured is a compile done.
     A failure is the child's own one-line account (``failure``), else its last line of error output."""
-    import os
-    import tempfile
-
     with tempfile.TemporaryDirectory(prefix="fullgraph-bench-cache-") as cache:
-        environment = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
-        completed = subprocess.run([sys.executable, __file__, "one", *args], capture_output=True, text=True,
-                                   check=False, env=environment)
-    lines = [line for line in completed.stdout.splitlines() if line.startswith("{")]
-    row = dict(json.loads(lines[-1])) if lines else {}
-    if completed.returncode != 0 or not row or "error" in row:
-        last = (completed.stderr.strip().splitlines() or [f"exit status {completed.returncode}, no output"])[-1]
-        return {"error": row.get("error", last), "args": list(args)}
-    return row
+        return _rows_in_subprocess(args, cache)[0]
+
+
+def _rows_in_subprocess(args: tuple[str, ...] | list[str], cache: str, threads: int | None = None
+                        ) -> list[dict[str, Any]]:
+    """The rows of one ``one`` process (one per shape it was given) with ``cache`` as its inductor cache; a shape
+    the process did not reach gets the process's failure. ``threads`` caps inductor's compile workers."""
+    import os
+
+    environment = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
+    if threads:
+        environment["TORCHINDUCTOR_COMPILE_THREADS"] = str(threads)
+    completed = subprocess.run([sys.executable, __file__, "one", *args], capture_output=True, text=True,
+                               check=False, env=environment)
+    rows = [dict(json.loads(line)) for line in completed.stdout.splitlines() if line.startswith("{")]
+    expected = len(args[3].split(",")) * len(args[4].split(","))  # the batch and token lists
+    last = (completed.stderr.strip().splitlines() or [f"exit status {completed.returncode}, no output"])[-1]
+    missing = [{"error": last, "args": list(args)}] * (expected - len(rows))
+    return [row if "error" not in row else {**row, "args": list(args)} for row in rows] + missing
 
 
 def _machine() -> str:
@@ -251,6 +273,15 @@ def main() -> None:
     throughput.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     throughput.add_argument("--size", default="tiny", choices=["tiny", "mid"],
                             help="tiny: the suite's tiny model; mid: a ~1B-parameter llama-type model, random weights")
+    throughput.add_argument("--jobs", type=int, default=1,
+                            help="above 1: build (compile, export, package) that many cells at once, each "
+                                 "(variant, model) with its own inductor cache, then measure each (variant, model) "
+                                 "alone in one process over every shape, reusing its builds; 1: one cold process "
+                                 "per cell")
+    throughput.add_argument("--phase", choices=["both", "build", "measure"], default="both",
+                            help="with --workdir: build only (--jobs at a time), or measure what a build left "
+                                 "there (a GPU script builds while other work runs, then measures alone)")
+    throughput.add_argument("--workdir", default=None, help="where builds keep their caches and packages")
     throughput.add_argument("--variants", nargs="+", choices=[*VARIANT_NAMES], default=None,
                             help="the loop variants to measure (default: ours_aoti, and ours_compiled_while on CUDA);"
                                  " the two generate baselines are always measured")
@@ -262,8 +293,10 @@ def main() -> None:
     one = commands.add_parser("one")
     for name in ("variant", "model", "backend"):
         one.add_argument(name)
-    for name in ("batch", "tokens", "repeats"):
-        one.add_argument(name, type=int)
+    for name in ("batch", "tokens"):
+        one.add_argument(name, help="one number, or several joined by commas: each combination is measured in turn")
+    one.add_argument("repeats", type=int)
+    one.add_argument("--workdir", default=None, help="where ours_aoti keeps its package (built once, then loaded)")
     one.add_argument("--dtype", default="float32")
     one.add_argument("--size", default="tiny")
     one.add_argument("--beams", type=int, default=1)
@@ -275,23 +308,32 @@ def main() -> None:
     args = parser.parse_args()
 
     if args.command == "one":
-        try:
-            row = measure_one(args.variant, args.model, args.backend, args.batch, args.tokens, args.repeats,
-                              args.dtype, args.size, args.beams, args.assisted)
-        except Exception as error:  # the parent prints this one line in the variant's cell
-            print(json.dumps({"error": failure(error)}))
-            raise SystemExit(1) from None
-        print(json.dumps(row))
+        for batch, tokens in itertools.product(_integers(args.batch), _integers(args.tokens)):
+            try:
+                row = measure_one(args.variant, args.model, args.backend, batch, tokens, args.repeats, args.dtype,
+                                  args.size, args.beams, args.assisted, args.workdir)
+            except Exception as error:  # the parent prints this one line in the variant's cell
+                row = {"error": failure(error), "batch": batch, "tokens": tokens}
+            print(json.dumps(row), flush=True)
         return
     print(f"machine: {_machine()}")
     if args.command == "cost":
         _cost(_selected(args.models), args.backend, args.tokens, args.beams)
     elif args.command == "throughput":
         loops = args.variants or (["ours_aoti", "ours_compiled_while"] if _device() == "cuda" else ["ours_aoti"])
+        models = _selected(args.models)
+        setup = Setup(args.dtype, args.size, args.beams, args.assisted)
+        cells = list(itertools.product([*loops, *BASELINES], models, args.batch, args.tokens))
+        root = Path(args.workdir or tempfile.mkdtemp(prefix="fullgraph-bench-builds-"))
+        root.mkdir(parents=True, exist_ok=True)
+        if args.phase == "build" or (args.jobs > 1 and args.phase == "both"):
+            _build_all(cells, root, setup, args.jobs)
+        if args.phase == "build":
+            return
+        measured = _measure_built(cells, root, setup) if args.jobs > 1 or args.phase == "measure" else None
         for batch in args.batch:
             for tokens in args.tokens:
-                _throughput(_selected(args.models), batch, tokens, loops, args.dtype, args.size, args.beams,
-                            args.assisted)
+                _throughput(models, batch, tokens, loops, setup, measured)
     elif args.command == "scaling":
         variant = "ours_compiled_while" if args.loop == "while" else "ours_compiled"
         print("| loop | backend | new tokens | compile + first call (s) | steady ms/token | peak RSS (MiB) |")
@@ -338,35 +380,106 @@ def _cost(models: tuple[str, ...], backend: str, tokens: list[int], beams: int =
         print(f"| {model} | {' | '.join(cells)} | {' | '.join(ratios)} |", flush=True)
 
 
+Cell = tuple[str, str, int, int]  # variant, model, batch, new tokens
+
 #: What ``throughput`` can measure: our loop packaged with AOTInductor (the ``while`` form), our loop compiled
 #: (unrolled, or ``while``; CUDA graphs on CUDA), and transformers' two paths it is compared with.
 VARIANT_NAMES = ("ours_aoti", "ours_compiled_while", "ours_compiled", "static_compiled_forward", "dynamic")
 BASELINES = ("static_compiled_forward", "dynamic")
 
 
-def _throughput(models: tuple[str, ...], batch: int, tokens: int, loops: list[str], dtype: str, size: str,
-                beams: int = 1, assisted: bool = False) -> None:
+@dataclass(frozen=True)
+class Setup:
+    """What every cell of one throughput run shares, and how ``one`` is told it."""
+
+    dtype: str
+    size: str
+    beams: int
+    assisted: bool
+
+    def arguments(self) -> list[str]:
+        return ["--dtype", self.dtype, "--size", self.size, "--beams", str(self.beams),
+                *(["--assisted"] if self.assisted else [])]
+
+
+def _throughput(models: tuple[str, ...], batch: int, tokens: int, loops: list[str], setup: Setup,
+                measured: dict[Cell, dict[str, Any]] | None = None) -> None:
     """Tokens/s of each loop variant and of generate's two paths, the ratios against them, and whether every
-    variant gave the default generate's tokens."""
+    variant gave the default generate's tokens; from ``measured`` where the cells were measured already."""
     variants = [*loops, *BASELINES]
-    mode = "assisted by the suite's draft model" if assisted else f"num_beams {beams}"
-    print(f"\nbatch {batch}, {tokens} new tokens, {dtype}, {size} model, {mode}; tokens/s = batch x "
-          "tokens / steady seconds "
-          "of one generation; exact: every variant's tokens equal the default generate's")
+    mode = "assisted by the suite's draft model" if setup.assisted else f"num_beams {setup.beams}"
+    print(f"\nbatch {batch}, {tokens} new tokens, {setup.dtype}, {setup.size} model, {mode}; "
+          "tokens/s = batch x tokens / steady seconds of one generation; exact: every variant's tokens equal the "
+          "default generate's")
     ratios = [f"{loop} / {base}" for loop in loops for base in BASELINES]
     print("| model | " + " | ".join(f"{variant} tok/s" for variant in variants) + " | " + " | ".join(ratios)
           + " | exact |")
     print("|---|" + "---|" * (len(variants) + len(ratios) + 1))
     for model in models:
-        rows = {variant: _in_subprocess(variant, model, "inductor", str(batch), str(tokens), "5", "--dtype", dtype,
-                                        "--size", size, "--beams", str(beams), *(["--assisted"] if assisted else []))
+        rows = {variant: measured[variant, model, batch, tokens] if measured is not None else
+                _in_subprocess(variant, model, "inductor", str(batch), str(tokens), "5", *setup.arguments())
                 for variant in variants}
-        rates = {variant: batch * 1000 / row["ms_per_token"] if "ms_per_token" in row else None
+        rates = {variant: batch * 1000 / row["ms_per_token"] if row.get("ms_per_token") else None
                  for variant, row in rows.items()}
         cells = [f"{rates[variant]:.0f}" if rates[variant] else f"error: {rows[variant].get('error')}"
                  for variant in variants]
         quotients = [_ratio(rates[loop], rates[base]) for loop in loops for base in BASELINES]
         print(f"| {model} | {' | '.join(cells)} | {' | '.join(quotients)} | {_exactness(rows)} |", flush=True)
+
+
+def _build_all(cells: list[Cell], root: Path, setup: Setup, jobs: int) -> dict[Cell, dict[str, Any]]:
+    """Every cell built ``jobs`` at a time (compiles are CPU work and parallelise; steady timings would not),
+    each (variant, model) with its own inductor cache and packages under ``root``; kept in ``root/builds.json``."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def build(cell: Cell) -> dict[str, Any]:
+        variant, model, batch, count = cell
+        workdir = _workdir(root, variant, model)
+        arguments = [variant, model, "inductor", str(batch), str(count), "0", "--workdir", str(workdir),
+                     *setup.arguments()]
+        return _rows_in_subprocess(arguments, str(workdir / "inductor"), max(1, _cpu_count() // jobs))[0]
+
+    print(f"building {len(cells)} cells in {root}, {jobs} at a time (their first calls, under that load, are not "
+          "reported)", flush=True)
+    with ThreadPoolExecutor(jobs) as pool:
+        built = dict(zip(cells, pool.map(build, cells), strict=True))
+    (root / "builds.json").write_text(json.dumps([[*cell, row] for cell, row in built.items()]))
+    return built
+
+
+def _measure_built(cells: list[Cell], root: Path, setup: Setup) -> dict[Cell, dict[str, Any]]:
+    """Each (variant, model) measured alone in one fresh process over the shapes that built, warm from its own
+    inductor cache and packages under ``root``. A cell whose build failed, or that was never built, says so."""
+    recorded = json.loads((root / "builds.json").read_text()) if (root / "builds.json").exists() else []
+    built: dict[Cell, dict[str, Any]] = {(variant, model, batch, count): row
+                                         for variant, model, batch, count, row in recorded}
+    measured = {cell: built.get(cell, {"error": f"not built in {root}"}) for cell in cells
+                if "error" in built.get(cell, {"error": ""})}
+    remaining = sorted(set(cells) - set(measured), key=lambda cell: (cell[1], cell[0], cell[2], cell[3]))
+    for (variant, model), group in itertools.groupby(remaining, key=lambda cell: cell[:2]):  # model by model
+        shapes = [(batch, count) for _, _, batch, count in group]
+        batches, tokens = sorted({b for b, _ in shapes}), sorted({t for _, t in shapes})
+        groups = [shapes] if len(shapes) == len(batches) * len(tokens) else [[shape] for shape in shapes]
+        for together in groups:  # `one` measures the product of its lists: every shape at once when all built
+            workdir = _workdir(root, variant, model)
+            arguments = [variant, model, "inductor", ",".join(str(b) for b in sorted({b for b, _ in together})),
+                         ",".join(str(t) for t in sorted({t for _, t in together})), "5", "--workdir",
+                         str(workdir), *setup.arguments()]
+            rows = _rows_in_subprocess(arguments, str(workdir / "inductor"))
+            measured.update({(variant, model, *shape): row for shape, row in zip(sorted(together), rows, strict=True)})
+            with (root / "measured.jsonl").open("a") as log:  # kept as it comes: a run stopped early keeps these
+                log.writelines(json.dumps(row) + "\n" for row in rows)
+    return measured
+
+
+def _workdir(root: Path, variant: str, model: str) -> Path:
+    workdir = root / f"{variant}-{model}"
+    workdir.mkdir(exist_ok=True)
+    return workdir
+
+
+def _integers(listed: str) -> list[int]:
+    return [int(part) for part in listed.split(",")]
 
 
 def _ratio(ours: float | None, theirs: float | None) -> str:

@@ -7,6 +7,9 @@
 #                                      # greedy and sample, float32 and bfloat16; default MODELS: llama,gemma
 #   bash bench/gpu.sh throughput       # bench/generation.py throughput: llama,gemma, batch 1 and 8, 64 and 256 tokens
 #   bash bench/gpu.sh mid              # the ~1B-parameter bfloat16 configuration, batch 1, 64 tokens
+#   bash bench/gpu.sh session          # all of it in one call of under 10 minutes (a lent machine's whole budget):
+#                                      # the suite (float32 and bfloat16) beside the throughput builds, then the
+#                                      # throughput measured alone, then `mid` if the time left allows
 #
 # Outputs go to $OUT (the device tool's folder that comes back; /tmp/fullgraph-gpu elsewhere). transformers 5.24.0
 # travels as a wheel in .whl/ (`echo /.whl/ >> .git/info/exclude`, then `pip download --no-deps --only-binary=:all:
@@ -19,8 +22,8 @@ models=${2:-llama,gemma}
 OUT=${OUT:-/tmp/fullgraph-gpu}
 PYTHON=${PYTHON:-python3}
 case "$part" in
-    suite|throughput|mid) ;;
-    *) echo "bench/gpu.sh: unknown part '$part'; use suite, throughput or mid" >&2; exit 2 ;;
+    suite|throughput|mid|session) ;;
+    *) echo "bench/gpu.sh: unknown part '$part'; use suite, throughput, mid or session" >&2; exit 2 ;;
 esac
 if ! "$PYTHON" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
     echo "bench/gpu.sh: no CUDA device (or no torch) for $PYTHON here; the GPU parts need one" >&2
@@ -39,13 +42,36 @@ print(f'torch {torch.__version__}, transformers {transformers.__version__}, {tor
       f'CUDA {torch.version.cuda}')" | tee "$OUT/environment.txt"
 export TORCHINDUCTOR_CACHE_DIR=/tmp/fullgraph-inductor-cache
 
-case "$part" in
-suite)
-    # -n 6: six workers share the GPU (tiny models); 8 new tokens keep the unrolled cudagraphs compile short
-    RUN_SLOW=1 timeout 450 "$PYTHON" -m pytest -n 6 -p no:cacheprovider -q suites/test_conformance.py \
+suite() {  # $1: seconds; interrupted at the limit (SIGINT), the report keeps every check that finished
+    RUN_SLOW=1 timeout -s INT -k 30 "$1" "$PYTHON" -m pytest -n "$2" -p no:cacheprovider -q suites/test_conformance.py \
         --fullgraph-models="$models" --fullgraph-device=cuda --fullgraph-scenarios=greedy,sample \
         --fullgraph-dtype=float32,bfloat16 --fullgraph-max-new-tokens=8 \
-        -k "not while64 and not while256" --fullgraph-report="$OUT/suite" 2>&1 | tail -40 || true
+        -k "not while64 and not while256" --fullgraph-report="$OUT/suite" > "$OUT/suite.log" 2>&1 || true
+}
+throughput() {  # $1: build or measure; $2: seconds
+    timeout -k 10 "$2" "$PYTHON" bench/generation.py throughput --models llama,gemma --batch 1 8 --tokens 64 256 \
+        --variants ours_aoti ours_compiled_while --jobs 8 --phase "$1" --workdir /tmp/fullgraph-builds || true
+}
+
+case "$part" in
+session)
+    started=$SECONDS
+    suite 300 8 &
+    throughput build 280 > "$OUT/throughput-build.log" 2>&1
+    wait
+    echo "suite and builds: $((SECONDS - started)) s"; tail -3 "$OUT/suite.log"
+    throughput measure $((540 - (SECONDS - started))) | tee "$OUT/throughput.md"
+    cp /tmp/fullgraph-builds/*.json* "$OUT/" 2>/dev/null || true
+    left=$((560 - (SECONDS - started)))
+    if [ "$left" -gt 150 ]; then
+        timeout -k 10 "$left" "$PYTHON" bench/generation.py throughput --models llama --size mid --dtype bfloat16 \
+            --batch 1 --tokens 64 --variants ours_compiled_while 2>&1 | tee "$OUT/mid.md" || true
+    fi
+    echo "session: $((SECONDS - started)) s"
+    ;;
+suite)
+    suite 450 6
+    tail -40 "$OUT/suite.log"
     ;;
 throughput)
     timeout 450 "$PYTHON" bench/generation.py throughput --models llama,gemma --batch 1 8 --tokens 64 256 \

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import itertools
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -16,6 +18,7 @@ def _bench_module(name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # a dataclass looks its module up there
     spec.loader.exec_module(module)
     return module
 
@@ -60,6 +63,61 @@ def test_the_exactness_column_names_the_variants_that_differ(generation: ModuleT
     rows["static_compiled_forward"] = {"error": "RuntimeError: boom"}  # a failed variant is its own cell
     assert generation._exactness(rows) == "MISMATCH: ours_aoti"
     assert generation._exactness({"dynamic": {"error": "x"}}) == "- (generate failed)"
+
+
+class _FakeRuns:
+    """Stands in for the ``one`` processes: which arguments each got, and rows as ``one`` prints them."""
+
+    def __init__(self, failing_build: tuple[str, str] | None = None) -> None:
+        self.calls: list[list[str]] = []
+        self.failing_build = failing_build
+
+    def __call__(self, args: list[str], cache: str, threads: int | None = None) -> list[dict[str, object]]:
+        self.calls.append(list(args))
+        variant, model, _, batches, tokens, repeats = args[:6]
+        if repeats == "0" and (model, f"{batches}x{tokens}") == self.failing_build:
+            return [{"error": "BackendCompilerFailed: boom"}]
+        return [{"variant": variant, "model": model, "batch": int(b), "tokens": int(t), "ms_per_token": 1.0}
+                for b in batches.split(",") for t in tokens.split(",")]
+
+
+def test_builds_then_measures_each_variant_in_one_process_over_its_shapes(
+        generation: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Compiles in parallel, timings alone: a build per cell, then one measuring process per (variant, model)."""
+    runs = _FakeRuns()
+    monkeypatch.setattr(generation, "_rows_in_subprocess", runs)
+    setup = generation.Setup("float32", "tiny", 1, False)
+    cells = list(itertools.product(["ours_aoti", "dynamic"], ["llama"], [1, 8], [64, 256]))
+    generation._build_all(cells, tmp_path, setup, jobs=4)
+    assert [call[5] for call in runs.calls] == ["0"] * 8
+    runs.calls.clear()
+    measured = generation._measure_built(cells, tmp_path, setup)
+    assert [call[:6] for call in runs.calls] == [["dynamic", "llama", "inductor", "1,8", "64,256", "5"],
+                                                 ["ours_aoti", "llama", "inductor", "1,8", "64,256", "5"]]
+    assert measured["ours_aoti", "llama", 8, 256]["batch"] == 8
+    assert measured["ours_aoti", "llama", 8, 256]["tokens"] == 256
+    assert len((tmp_path / "measured.jsonl").read_text().splitlines()) == 8
+
+
+def test_a_cell_that_failed_to_build_keeps_its_error_and_is_not_measured(
+        generation: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    runs = _FakeRuns(failing_build=("llama", "8x256"))
+    monkeypatch.setattr(generation, "_rows_in_subprocess", runs)
+    setup = generation.Setup("float32", "tiny", 1, False)
+    cells = list(itertools.product(["ours_aoti"], ["llama"], [1, 8], [64, 256]))
+    generation._build_all(cells, tmp_path, setup, jobs=2)
+    runs.calls.clear()
+    measured = generation._measure_built(cells, tmp_path, setup)
+    assert measured["ours_aoti", "llama", 8, 256] == {"error": "BackendCompilerFailed: boom"}
+    assert sorted(call[3:5] for call in runs.calls) == [["1", "256"], ["1", "64"], ["8", "64"]]
+
+
+def test_measuring_without_a_build_says_so(generation: ModuleType, monkeypatch: pytest.MonkeyPatch,
+                                           tmp_path: Path) -> None:
+    monkeypatch.setattr(generation, "_rows_in_subprocess", _FakeRuns())
+    measured = generation._measure_built([("dynamic", "llama", 1, 64)], tmp_path,
+                                         generation.Setup("float32", "tiny", 1, False))
+    assert measured == {("dynamic", "llama", 1, 64): {"error": f"not built in {tmp_path}"}}
 
 
 def test_the_release_table_takes_its_models_out_of_a_larger_report(tmp_path: Path) -> None:
