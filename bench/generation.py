@@ -429,28 +429,36 @@ def _throughput(models: tuple[str, ...], batch: int, tokens: int, loops: list[st
 
 def _build_all(cells: list[Cell], root: Path, setup: Setup, jobs: int) -> dict[Cell, dict[str, Any]]:
     """Every cell built ``jobs`` at a time (compiles are CPU work and parallelise; steady timings would not),
-    each (variant, model) with its own inductor cache and packages under ``root``; kept in ``root/builds.json``."""
+    each (variant, model) with its own inductor cache and packages under ``root``. Each build is added to
+    ``root/builds.jsonl`` as it ends: a build phase stopped at a time limit keeps the cells it built."""
+    import threading
     from concurrent.futures import ThreadPoolExecutor
+
+    lock = threading.Lock()
 
     def build(cell: Cell) -> dict[str, Any]:
         variant, model, batch, count = cell
         workdir = _workdir(root, variant, model)
         arguments = [variant, model, "inductor", str(batch), str(count), "0", "--workdir", str(workdir),
                      *setup.arguments()]
-        return _rows_in_subprocess(arguments, str(workdir / "inductor"), max(1, _cpu_count() // jobs))[0]
+        row = _rows_in_subprocess(arguments, str(workdir / "inductor"), max(1, _cpu_count() // jobs))[0]
+        with lock, (root / "builds.jsonl").open("a") as log:
+            log.write(json.dumps([*cell, row]) + "\n")
+        return row
 
     print(f"building {len(cells)} cells in {root}, {jobs} at a time (their first calls, under that load, are not "
           "reported)", flush=True)
+    # shortest generations first, each shape's variants together: a phase stopped early leaves whole rows
+    ordered = sorted(cells, key=lambda cell: (cell[3], cell[2], cell[1]))
     with ThreadPoolExecutor(jobs) as pool:
-        built = dict(zip(cells, pool.map(build, cells), strict=True))
-    (root / "builds.json").write_text(json.dumps([[*cell, row] for cell, row in built.items()]))
-    return built
+        return dict(zip(ordered, pool.map(build, ordered), strict=True))
 
 
 def _measure_built(cells: list[Cell], root: Path, setup: Setup) -> dict[Cell, dict[str, Any]]:
     """Each (variant, model) measured alone in one fresh process over the shapes that built, warm from its own
     inductor cache and packages under ``root``. A cell whose build failed, or that was never built, says so."""
-    recorded = json.loads((root / "builds.json").read_text()) if (root / "builds.json").exists() else []
+    log = root / "builds.jsonl"
+    recorded = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     built: dict[Cell, dict[str, Any]] = {(variant, model, batch, count): row
                                          for variant, model, batch, count, row in recorded}
     measured = {cell: built.get(cell, {"error": f"not built in {root}"}) for cell in cells
