@@ -35,14 +35,19 @@ def top1_steps(config: GenerationConfig) -> bool:
     """Whether each new token is the top-1 of one step's logits for its own row's prefix (greedy, also when drafts
     propose it), the only case where a rounding flip can be judged from two logits; not sampling (a draw), nor
     beam search (summed scores across beams; a returned row is not a row of the step's logits)."""
-    return not config.do_sample and (config.num_beams or 1) == 1
+    return not config.do_sample and not beam_search(config)
+
+
+def beam_search(config: GenerationConfig) -> bool:
+    """Whether ``generate`` keeps several beams per prompt (a returned row is then not a row of a step's logits)."""
+    return (config.num_beams or 1) > 1
 
 
 def eager_logit_gap(model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig, seed: int,
                     mismatch: Mismatch) -> float | None:
     """Top-1 minus top-2 logit of the eager step at the mismatch: tiny gaps mean a float-order flip. None in
     beam search, where a returned row is not a row of the step's logits."""
-    if (config.num_beams or 1) > 1:
+    if beam_search(config):
         return None
     config = copy.deepcopy(config)
     config.output_logits = True
