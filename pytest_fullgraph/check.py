@@ -51,6 +51,9 @@ if TYPE_CHECKING:
 
 #: How PyTorch says an op has no kernel for a dtype on this device: the combination is skipped, not failed.
 _NO_KERNEL = re.compile(r"not implemented for '(BFloat16|Half|Float8\w*)'")
+#: transformers' generate refusing a mode for a kind of model by name: no reference, so no verdict (a skip)
+_GENERATE_REFUSES = re.compile(r"assisted generation is not supported with stateful models|"
+                               r"cannot use beam search with a cache currently")
 
 
 @dataclass
@@ -157,8 +160,9 @@ def _run_phases(run: _Run, max_new_tokens: int) -> None:
 
 
 def _judge_exception(run: _Run, error: Exception) -> None:
-    """An exception out of a phase: a skip when the dtype has no kernel here or our loop refuses the setting by
-    name; otherwise an error of the phase, blamed (for an eager failure) on whichever path fails alone."""
+    """An exception out of a phase: a skip when the dtype has no kernel here, or transformers or our loop refuses
+    the setting by name; otherwise an error of the phase, blamed (for an eager failure) on whichever path fails
+    alone."""
     result = run.result
     located = breaks.record_from_exception(error)
     where = f" at {located.where()}" if located.file else ""
@@ -166,7 +170,9 @@ def _judge_exception(run: _Run, error: Exception) -> None:
     eager = run.stage in (Stage.EAGER, Stage.OWN_LOOP)
     if eager and _NO_KERNEL.search(str(error)):
         result.outcome, result.message = SKIP, f"{result.dtype} cannot run here{detail}"
-    elif _unsupported(error):  # the loop refuses a setting by name, saying why: no verdict to give
+    elif run.stage is Stage.EAGER and _GENERATE_REFUSES.search(str(error)):
+        result.outcome, result.message = SKIP, f"transformers' generate refuses this mode for this model{detail}"
+    elif isinstance(error, UnsupportedGeneration):  # the loop refuses a setting by name: its own diagnosis
         result.outcome, result.message = SKIP, f"unsupported by {run.level.own_loop or 'the level'}: {error}"
     else:
         result.outcome, result.message = ERROR, f"{run.stage.label(run.level.own_loop)} failed{detail}"
@@ -197,11 +203,6 @@ def _save_artifact(result: CheckResult, level: Level, directory: Path, runtime: 
         result.message += f"; saving the artifact failed ({type(error).__name__}: {first_line(error)})"
         return
     result.artifact = str(saved) if saved is not None else ""
-
-
-def _unsupported(error: Exception) -> bool:
-    """Our loop refusing a model (``UnsupportedGeneration``) is its own diagnosis; no blame to add."""
-    return isinstance(error, UnsupportedGeneration)
 
 
 def _resolve(scenario: Scenario | str, level: Level | str) -> tuple[Scenario, Level]:

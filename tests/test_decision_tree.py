@@ -289,6 +289,23 @@ def test_no_kernel_for_the_dtype_is_a_skip_not_an_error() -> None:
     assert result.message.startswith("float32 cannot run here") and "not implemented for 'BFloat16'" in result.message
 
 
+@pytest.mark.parametrize("refusal", [
+    "assisted generation is not supported with stateful models, such as BambaForCausalLM",
+    "cannot use beam search with a cache currently, as the cache cannot be reordered. ...",
+])
+def test_transformers_refusing_the_mode_for_the_model_is_a_skip_naming_it(refusal: str) -> None:
+    """No reference to compare with, by transformers' own decision: no verdict, and not the check's error."""
+    result = check(ScriptedModel(crash=ValueError(refusal)), FakeLevel())
+    assert result.outcome == "skip"
+    assert result.message.startswith("transformers' generate refuses this mode for this model")
+    assert result.message.endswith(f"ValueError: {refusal.splitlines()[0]}")
+
+
+def test_another_eager_failure_stays_an_error() -> None:
+    result = check(ScriptedModel(crash=ValueError("beam search is broken here")), FakeLevel())
+    assert result.outcome == "error" and result.message.startswith("eager generation failed")
+
+
 class SlowLevel(FakeLevel):
     """Compiles forever (or breaks, then diagnoses forever)."""
 
