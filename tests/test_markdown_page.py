@@ -11,6 +11,7 @@ import pytest
 from pytest_fullgraph import report
 from pytest_fullgraph.report.causes import error_key, fault_of, group, skip_key
 from pytest_fullgraph.report.render import markdown
+from pytest_fullgraph.report.tables import grouped_sites
 from pytest_fullgraph.results import BreakRecord, CheckResult, Mismatch
 
 MERGED_PARTS = sorted((Path(__file__).parent.parent / "bench" / "reports").glob("matrix-*.json.gz"))
@@ -134,6 +135,18 @@ CRASHED = "suites/test_conformance.py::test_generation_compiles_exactly[opt-gree
 ])
 def test_whose_fault_comes_from_what_the_check_recorded(check: CheckResult, fault: str) -> None:
     assert fault_of(check) == fault
+
+
+def test_a_runtime_place_recorded_as_user_code_is_shown_as_the_runtime_in_the_site_table() -> None:
+    """ExecuTorch's errors were recorded with the catch-all ``user`` origin before the ``runtime`` origin."""
+    check = a_check("opt", "error", "compiled generation failed at executorch/runtime/__init__.py:147: x")
+    check.first_break = BreakRecord("RuntimeError", "RuntimeError", None, "x", "executorch/runtime/__init__.py", 147,
+                                    "execute", "", "user")
+    own = a_check("opt", "break", level="while")
+    own.first_break = BreakRecord("Unsupported", "Data-dependent branching", "GB0170", "x", "conftest.py", 8,
+                                  "forward", "", "user")
+    origins = {site["where"]: site["origin"] for site in grouped_sites([check, own])}
+    assert origins == {"executorch/runtime/__init__.py:147": "runtime", "conftest.py:8": "user"}
 
 
 def test_one_cause_however_its_numbers_names_and_loop_form_vary() -> None:

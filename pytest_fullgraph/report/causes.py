@@ -61,6 +61,14 @@ def fault_of_origin(origin: str) -> str:
     return _FAULT_OF_ORIGIN.get(origin, "unknown")
 
 
+def shown_origin(origin: str, file: str) -> str:
+    """A break's stored origin, except the catch-all ``user`` at a place the runtime paths name: ExecuTorch's and
+    ONNX Runtime's errors were recorded as ``user`` before the ``runtime`` origin existed."""
+    if origin == "user" and any(file.startswith(prefix) for prefix, fault in _FAULT_OF_PATH if fault == "runtime"):
+        return "runtime"
+    return origin
+
+
 def fault_of(result: CheckResult) -> str:
     """A key of ``FAULTS`` for a failing check: a break's root-cause origin, else an error's stated blame, else
     where the error was raised."""

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_fullgraph.builtin_levels import BUILTIN_LEVEL_NAMES
 from pytest_fullgraph.report import known_issues
+from pytest_fullgraph.report.causes import shown_origin
 from pytest_fullgraph.report.schema import Report
 from pytest_fullgraph.results import DEFAULT_DTYPE, CheckResult
 from pytest_fullgraph.scenarios import SCENARIOS
@@ -73,7 +74,8 @@ def grouped_sites(checks: list[CheckResult]) -> list[dict[str, Any]]:
             where = shown_where(record.where())
             site = sites.setdefault((where, record.gb_type, inside), {
                 "where": where, "gb_type": record.gb_type, "gb_id": record.gb_id or "",
-                "origin": record.origin, "function": record.function, "source": record.source,
+                "origin": shown_origin(record.origin, record.file), "function": record.function,
+                "source": record.source,
                 "models": set(), "checks": set(),
                 "root_cause": False, "inside": inside, "inside_gb_id": record.cause.gb_id if record.cause else "",
                 "known": {},

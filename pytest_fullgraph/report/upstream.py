@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_fullgraph.report.causes import error_key, fault_of, fault_of_origin, raised_at
+from pytest_fullgraph.report.causes import error_key, fault_of, fault_of_origin, raised_at, shown_origin
 from pytest_fullgraph.report.files import write_atomic
 from pytest_fullgraph.report.known_issues import KnownIssue, known
 from pytest_fullgraph.report.schema import Report
@@ -72,7 +72,8 @@ def upstream_group(finding: Finding, supportable: frozenset[str] = frozenset()) 
     anything else is ``causes.fault_of`` its check, PyTorch's share split by where it broke."""
     record, result = finding.record, finding.result
     if record is not None:
-        fault = "dynamo" if record.gb_id in supportable else fault_of_origin(record.origin)
+        fault = ("dynamo" if record.gb_id in supportable
+                 else fault_of_origin(shown_origin(record.origin, record.file)))
     else:
         fault = fault_of(result)
     if fault in ("model", "transformers"):
