@@ -96,6 +96,8 @@ def test_our_loop_failing_where_generate_fails_alike_is_the_same_cause_and_a_loo
      ("forward_compile",), Expected("break", "", "transformers/models/git/modeling_git.py:840")),
     (check(level="forward", outcome="mismatch", stage="compiled generation"), ("forward_mismatch",),
      Expected("mismatch")),
+    (check(model="llama", level="hf_et_helper", outcome="mismatch", stage="compiled generation"), ("helper_mismatch",),
+     Expected("mismatch")),
 ])
 def test_each_failure_gets_the_script_that_shows_it(result: CheckResult, templates: tuple[str, ...],
                                                     expected: Expected) -> None:
@@ -112,6 +114,10 @@ def test_each_failure_gets_the_script_that_shows_it(result: CheckResult, templat
            record=record("UserError", "transformers/generation/logits_process.py", 1099, "sampling")), "only"),
     (check(stage="build", message="model 'x' failed to build: ValueError: no"), "build"),
     (check(level="mine"), "not built in"),
+    (check(level="hf_et_helper", stage="compiled generation"),
+     "--fullgraph-levels=hf_et_helper --fullgraph-models=cpmant"),
+    (check(level="hf_onnx", outcome="mismatch", stage="compiled generation"),
+     "hf_onnx: the check shows it (`pytest --fullgraph-levels=hf_onnx --fullgraph-models=cpmant -k greedy`)"),
 ])
 def test_failures_a_script_cannot_show_say_why(result: CheckResult, words: str) -> None:
     reason = plan_for(result)
@@ -139,8 +145,8 @@ def script(template: str, kind: str = "error", **changes: Any) -> Script:
 
 @pytest.mark.parametrize("template", sorted(TEMPLATES))
 def test_every_script_is_python_that_imports_torch_and_transformers_only(template: str) -> None:
-    kind = {"not_compiled": "not_compiled", "forward_mismatch": "mismatch", "static_error": "error",
-            "eager_error": "error"}.get(template, "crash")
+    kind = {"not_compiled": "not_compiled", "forward_mismatch": "mismatch", "helper_mismatch": "mismatch",
+            "static_error": "error", "eager_error": "error"}.get(template, "crash")
     text = render(script(template, kind))
     tree = ast.parse(text)
     roots = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
@@ -280,22 +286,24 @@ def test_the_command_verifies_with_the_interpreter_it_is_given(tmp_path: Path,
     assert not list((tmp_path / "out").glob("*.py"))
 
 
-def _real_check(model: str, level: str) -> CheckResult:
+def _real_check(model: str, level: str, tokens: int = 2) -> CheckResult:
     """The check as the suite records it, run here: its sites are those of the installed transformers."""
     from pytest_fullgraph.check import run_check
     from pytest_fullgraph.models import session_registry
 
-    return run_check(session_registry()[model].build(), model, "greedy", level, "eager", 2, diagnose=False)
+    return run_check(session_registry()[model].build(), model, "greedy", level, "eager", tokens, diagnose=False)
 
 
-@pytest.mark.parametrize(("model", "expected"), [
-    ("cpmant", "IndexError at transformers/cache_utils.py"),  # a static cache written past its end; no compile
-    ("ctrl", "transformers/models/ctrl/modeling_ctrl.py"),  # a break of the model's forward, backend eager
+@pytest.mark.parametrize(("model", "level", "expected"), [
+    ("cpmant", "forward", "IndexError at transformers/cache_utils.py"),  # a static cache written past its end
+    ("ctrl", "forward", "transformers/models/ctrl/modeling_ctrl.py"),  # a break of the model's forward, backend eager
+    # transformers' ExecuTorch helper feeding the first new token one position late (issue #28's finding)
+    ("gemma", "hf_et_helper", "the helper's loop is at fault"),
 ])
-def test_a_written_reproducer_fails_the_recorded_way_in_a_fresh_process(model: str, expected: str,
+def test_a_written_reproducer_fails_the_recorded_way_in_a_fresh_process(model: str, level: str, expected: str,
                                                                          tmp_path: Path) -> None:
-    result = _real_check(model, "forward")
-    assert result.outcome in ("error", "break"), result.message
+    result = _real_check(model, level, tokens=4 if level == "hf_et_helper" else 2)  # the helper errs from token 2
+    assert result.outcome in ("error", "break", "mismatch"), result.message
     entries = reproduce([result], {}, tmp_path, reduce_s=0, say=lambda line: None)
     assert len(entries) == 1 and entries[0].written, entries[0].reason
     text = (tmp_path / entries[0].written).read_text()

@@ -29,6 +29,8 @@ TEMPLATES = {
     "not_compiled": 'model.generate(cache_implementation="static") with CompileConfig(fullgraph=True) and a backend '
                     "that counts the graphs it is given",
     "forward_mismatch": "eager and compiled model.generate(cache_implementation=\"static\"), compared with torch.equal",
+    "helper_mismatch": "transformers' ExecuTorch helper (TorchExportableModuleWithStaticCache.generate) against "
+                       "model.generate, compared with torch.equal",
 }
 #: Built-in levels whose eager reference is ``generate`` with a static cache (``Level.reference_config``); the
 #: others' reference is ``generate`` as configured.
@@ -111,6 +113,8 @@ def plan_for(result: CheckResult) -> Plan | str:
     """The plan for a failing check, or why no script is written for it."""
     if result.outcome not in (BREAK, ERROR, MISMATCH):
         return f"a {result.outcome} is not a failure a script can show"
+    if result.level.startswith("hf_"):
+        return _export_path_plan(result)
     if result.level not in BUILTIN_LEVELS:
         return f"level {result.level!r} is not built in: what it runs is not known here"
     if result.message.startswith("timeout after"):
@@ -127,6 +131,15 @@ def plan_for(result: CheckResult) -> Plan | str:
     if result.level == "generate":
         return _generate_plan(result)
     return _compiled_plan(result)
+
+
+def _export_path_plan(result: CheckResult) -> Plan | str:
+    """transformers' export paths: the ExecuTorch helper's tokens against ``generate``'s need only transformers to
+    show; its other failures and the exporters' (run by their runners in our host loop) are shown by the check."""
+    if result.level == "hf_et_helper" and result.outcome == MISMATCH:
+        return Plan(("helper_mismatch",), Expected("mismatch", message=result.headline()))
+    return (f"a failure of transformers' export path {result.level}: the check shows it (`pytest "
+            f"--fullgraph-levels={result.level} --fullgraph-models={result.model} -k {result.scenario}`)")
 
 
 def _eager_plan(result: CheckResult, stage: Stage) -> Plan | str:

@@ -104,7 +104,33 @@ _BODIES = {
     finish({{"kind": "mismatch"}}, f"compiled tokens differ from eager at row {{row}}, position {{position}}: "
            f"eager {{tokens[0]}}, compiled {{tokens[1]}}")
 ''',
+    "helper_mismatch": f'''    new = GENERATION["max_new_tokens"]
+    with torch.no_grad():
+        static = GenerationConfig(**GENERATION, {_STATIC})
+        expected = model.generate(**inputs, generation_config=static)
+        model.generation_config.cache_implementation = "static"  # the exportable module takes the model's cache
+        module = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=input_ids.shape[1] + new)
+        program = module.export(input_ids=input_ids[:1, :1], cache_position=torch.zeros(1, dtype=torch.long))
+        helper = torch.cat([TorchExportableModuleWithStaticCache.generate(program, r[None], new) for r in input_ids])
+        driven = torch.cat([positions_loop(program.module(), row[None], new) for row in input_ids])
+    if torch.equal(expected, helper):
+        finish(None, "the helper's tokens equal model.generate's")
+    row, position = min(((r, p) for r, p in (expected != helper).nonzero().tolist()), key=lambda found: found[::-1])
+    whose = ("the same program fed positions P, P+1, ... gives generate's tokens: the helper's loop is at fault"
+             if torch.equal(driven, expected) else "fed the right positions, the program itself differs too")
+    finish({{"kind": "mismatch"}}, f"the helper's tokens differ from generate's at row {{row}}, position {{position}}: "
+           f"generate {{expected[row, position].item()}}, helper {{helper[row, position].item()}}; {{whose}}")
+''',
 }
+_POSITIONS = '''def positions_loop(module, row, new_tokens):  # the exported forward fed each token at its own position
+    tokens = list(row[0])
+    for position in range(row.shape[1] + new_tokens - 1):
+        logits = module(input_ids=tokens[position].reshape(1, 1), cache_position=torch.tensor([position]))
+        tokens += [logits[0, -1].argmax()] if position >= row.shape[1] - 1 else []
+    return torch.stack(tokens)[None]
+'''
+#: Templates that compare tokens: they catch no exception, so they need no ``found_in``
+_MISMATCH_TEMPLATES = frozenset({"forward_mismatch", "helper_mismatch"})
 _FORWARD = '''    forward = torch.compile(model, fullgraph=True, backend="eager")
     prefill = dict(inputs, ${positions}use_cache=True)
     with torch.no_grad():
@@ -159,9 +185,11 @@ class Script:
 
 def render(script: Script) -> str:
     """The reproducer's text."""
-    return "\n".join([*_header(script), *_imports(script), "", *_constants(script), "",
-                      _HELPERS, _COMPILE_ERRORS if script.template in _COMPILE_TEMPLATES else _ERROR_ONLY,
-                      _FINISH, *_main(script), _TAIL]).rstrip("\n") + "\n"
+    helpers = [_HELPERS, _COMPILE_ERRORS if script.template in _COMPILE_TEMPLATES else _ERROR_ONLY, _FINISH]
+    if script.template in _MISMATCH_TEMPLATES:
+        helpers = [_FINISH, _POSITIONS] if script.template == "helper_mismatch" else [_FINISH]
+    return "\n".join([*_header(script), *_imports(script), "", *_constants(script), "", *helpers, *_main(script),
+                      _TAIL]).rstrip("\n") + "\n"
 
 
 def _header(script: Script) -> list[str]:
@@ -190,7 +218,11 @@ def _imports(script: Script) -> list[str]:
              "import json, sys, traceback", "import torch"]
     if script.template in _COMPILE_TEMPLATES:
         lines.append("from torch._dynamo import exc")
-    return [*lines, f"from transformers import {', '.join(sorted(names))}"]
+    lines.append(f"from transformers import {', '.join(sorted(names))}")
+    if script.template == "helper_mismatch":
+        lines.append("from transformers.integrations.executorch import (TorchExportableModuleForDecoderOnlyLM,\n"
+                     "                                                  TorchExportableModuleWithStaticCache)")
+    return lines
 
 
 def _constants(script: Script) -> list[str]:
@@ -220,7 +252,7 @@ def _main(script: Script) -> list[str]:
     catch = Template(_CATCH).substitute(explain=explain)
     if script.template == "forward_compile":
         return [*lines, _forward_body(script, catch)]
-    if script.template != "generate_break":
+    if script.template not in ("generate_break", "helper_mismatch"):  # greedy alone: no seed to set
         lines.append(Template(_GENERATE).substitute(seed=script.seed).rstrip("\n"))
     body = Template(_BODIES[script.template].replace(_CATCH, catch)).substitute(
         seed=script.seed, extra=_STATIC if script.static else "", backend_name=script.backend,
