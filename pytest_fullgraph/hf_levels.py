@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_fullgraph.generation import UnsupportedGeneration, static_cache_config
 from pytest_fullgraph.hf_export import fresh_cache, generate_steps, host_loop, refuse_unless_greedy
 from pytest_fullgraph.levels import GRAPHS_NOT_COUNTED, GraphRule, Level
+from pytest_fullgraph.results import first_line
 
 if TYPE_CHECKING:
     import torch
@@ -49,6 +50,9 @@ class HfExporterLevel(_RequiresPackages):
     graph_rule: GraphRule = GRAPHS_NOT_COUNTED
     own_loop = "the host loop over the eager forward"
     backend = ""
+    #: what turns torch.export's programs into this back end's; blamed when those programs alone give generate's
+    #: tokens in the same loop ("" for the dynamo back end, whose programs are torch.export's)
+    conversion = ""
 
     def export_config(self) -> Any:
         raise NotImplementedError
@@ -87,6 +91,26 @@ class HfExporterLevel(_RequiresPackages):
         return lambda: host_loop(runners["prefill"], runners["decode"], recorded, fresh_cache(recorded))
 
 
+    def mismatch_cause(self, model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig,
+                       eager: torch.Tensor) -> str:
+        """The back end's program or what torch.export made of the model? transformers' dynamo back end exports
+        the same prefill and decode: run in the same loop, its tokens tell the two apart."""
+        import torch
+
+        if not self.conversion:
+            return ""
+        try:
+            exported = HfDynamoLevel().exported_loop(model, inputs, config)()
+        except Exception as error:  # that path failing is its own check's verdict; here it only cannot tell
+            return (f"; the dynamo back end's programs fail in the same loop ({type(error).__name__}: "
+                    f"{first_line(error)}), so the {self.conversion} cannot be told from torch.export's program")
+        if torch.equal(exported, eager):
+            return (f"; the same prefill and decode as torch.export programs (transformers' dynamo back end) give "
+                    f"generate's tokens in the same loop: the {self.conversion} is at fault")
+        return ("; the same prefill and decode as torch.export programs (transformers' dynamo back end) differ in "
+                f"the same loop too: the exported program is at fault, before the {self.conversion}")
+
+
 class HfDynamoLevel(HfExporterLevel):
     name = "hf_dynamo"
     description = ("transformers.exporters' dynamo back end (torch.export of prefill and decode), its programs run "
@@ -103,6 +127,7 @@ class HfOnnxLevel(HfExporterLevel):
     description = "transformers.exporters' onnx back end, run by onnxruntime in the same host loop (greedy)"
     requires = ("onnx", "onnxscript", "onnxruntime")
     extra = "onnx"
+    conversion = "ONNX conversion or ONNX Runtime"
 
     def export_config(self) -> Any:
         from transformers.exporters import OnnxConfig
@@ -116,6 +141,7 @@ class HfExecutorchLevel(HfExporterLevel):
                    "host loop (greedy)")
     requires = ("executorch",)
     extra = "executorch"
+    conversion = "ExecuTorch lowering (XNNPACK) or ExecuTorch's runtime"
 
     def export_config(self) -> Any:
         from transformers.exporters import ExecutorchConfig

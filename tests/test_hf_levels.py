@@ -132,3 +132,28 @@ def test_the_exporters_cache_is_sized_by_a_fixed_length_layer_wherever_it_is() -
     lacking = r"\(SimpleNamespace, layers LinearAttentionLayer\) has no layer of a fixed length"
     with pytest.raises(UnsupportedGeneration, match=lacking):
         _cache_length(SimpleNamespace(layers=[LinearAttentionLayer()]))
+
+
+@pytest.mark.parametrize(("dynamo", "ending"), [
+    ("same", "give generate's tokens in the same loop: the ONNX conversion or ONNX Runtime is at fault"),
+    ("other", "differ in the same loop too: the exported program is at fault, before the ONNX conversion or ONNX "
+              "Runtime"),
+    (ValueError("Trying to flatten user inputs\nmore"), "fail in the same loop (ValueError: Trying to flatten user "
+                                                          "inputs), so the ONNX conversion or ONNX Runtime cannot be "
+                                                          "told from torch.export's program"),
+])
+def test_a_back_ends_mismatch_is_told_from_torch_exports_program_by_the_dynamo_back_ends_tokens(
+        dynamo: str | Exception, ending: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same prefill and decode, exported by the dynamo back end and run in the same loop, say which is at fault."""
+    from pytest_fullgraph import hf_levels
+
+    eager = torch.tensor([[1, 2, 3]])
+
+    def exported_loop(self: Any, model: Any, inputs: Any, config: Any) -> Any:
+        if isinstance(dynamo, Exception):
+            raise dynamo
+        return lambda: eager if dynamo == "same" else torch.tensor([[1, 2, 4]])
+
+    monkeypatch.setattr(hf_levels.HfDynamoLevel, "exported_loop", exported_loop)
+    assert hf_levels.HfOnnxLevel().mismatch_cause(None, {}, None, eager).endswith(ending)  # type: ignore[arg-type]
+    assert hf_levels.HfDynamoLevel().mismatch_cause(None, {}, None, eager) == ""  # type: ignore[arg-type]

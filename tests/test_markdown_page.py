@@ -132,6 +132,15 @@ CRASHED = "suites/test_conformance.py::test_generation_compiles_exactly[opt-gree
     (a_check("opt", "error", f"worker gw1 crashed while running this check ({CRASHED}): Segmentation fault at "
                              "executorch/runtime/__init__.py:147 in execute"), "runtime"),
     (a_check("opt", "error", f"worker gw1 crashed while running this check ({CRASHED})"), "unknown"),
+    (a_check("opt", "mismatch", "compiled tokens differ from eager at row 0, position 9 (new token 1): eager 1, "
+                                "compiled 2; the same exported program fed positions P, P+1, ... gives generate's "
+                                "tokens: the helper's loop is at fault (...)"), "transformers"),
+    (a_check("opt", "mismatch", "compiled tokens differ ...; the same prefill and decode as torch.export programs "
+                                "(transformers' dynamo back end) give generate's tokens in the same loop: the ONNX "
+                                "conversion or ONNX Runtime is at fault"), "runtime"),
+    (a_check("opt", "mismatch", "compiled tokens differ ...; the same prefill and decode as torch.export programs "
+                                "(transformers' dynamo back end) differ in the same loop too: the exported program is "
+                                "at fault, before the ONNX conversion or ONNX Runtime"), "transformers"),
 ])
 def test_whose_fault_comes_from_what_the_check_recorded(check: CheckResult, fault: str) -> None:
     assert fault_of(check) == fault

@@ -36,6 +36,9 @@ _FAULT_OF_MESSAGE = (
     (re.compile(r"^eager generation by the exportable module .*so the loop is at fault"), "transformers"),
     (re.compile(r"so the loop is at fault"), "loop"),
     (re.compile(r"nothing was compiled: transformers ran"), "transformers"),
+    # a mismatch of transformers' export paths (``hf_levels``): the helper's loop, the exported program, the runtime
+    (re.compile(r"the helper's loop is at fault|the exported program is at fault"), "transformers"),
+    (re.compile(r"(ONNX Runtime|ExecuTorch's runtime) is at fault"), "runtime"),
 )
 #: Where an error of a check's phase was raised, and its type: "... failed at FILE:LINE: TYPE: ..." (``check``).
 _RAISED_AT = re.compile(r" failed at (\S+?:\d+): (?:(\w+(?:\.\w+)*): )?")
