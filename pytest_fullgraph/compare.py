@@ -166,8 +166,9 @@ def _cache_length_verdict(model: PreTrainedModel, inputs: dict[str, Any], config
 
 
 def static_cache_verdict(model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig, seed: int,
-                         eager: torch.Tensor) -> str:
-    """Whether ``generate`` itself changes its tokens with a static cache, which our loop must use.
+                         eager: torch.Tensor, loop: str = "the loop") -> str:
+    """Whether ``generate`` itself changes its tokens with a static cache, which our loop must use; ``loop`` names
+    whose code the level's own loop runs (``Level.own_loop_blame``), blamed when it alone differs.
 
     Measured: gpt_neo's local attention slices its band mask by the key length, so with a static cache
     longer than ``window_size`` its own ``generate(cache_implementation="static")`` differs from the default.
@@ -184,8 +185,7 @@ def static_cache_verdict(model: PreTrainedModel, inputs: dict[str, Any], config:
         return f" (model.generate with a static cache failed: {type(error).__name__}: {first_line(error)})"
     if torch.equal(static, eager):
         longer = _cache_length_verdict(model, inputs, config, seed, eager)
-        return longer or ("; model.generate with a static cache gives the default tokens, so the difference is "
-                          "the loop's")
+        return longer or f"; model.generate with a static cache gives the default tokens, so {loop} is at fault"
     where = first_difference(eager, static, int(inputs["input_ids"].shape[1]))
     found = (f"; model.generate with a static cache differs from the default too (row {where.row}, position "
              f"{where.position}: {where.eager_token} vs {where.compiled_token})")

@@ -180,7 +180,7 @@ def test_compiler_crash_is_reattributed_to_a_root_cause_break_only(diagnosed: li
 
 
 @pytest.mark.parametrize(("static", "verdict"), [
-    (EAGER, "; model.generate with a static cache gives the default tokens, so the difference is the loop's"),
+    (EAGER, "; model.generate with a static cache gives the default tokens, so the loop is at fault"),
     (DIFFERENT, "; model.generate with a static cache differs from the default too (row 0, position 10: 12 vs "
                 "99): the model's static-cache path is wrong, not the loop"),
     (RuntimeError("no static cache here"), " (model.generate with a static cache failed: RuntimeError: no static "
@@ -207,7 +207,7 @@ def test_a_beam_mismatch_past_the_prompts_rows_is_explained_without_judging_roun
     assert result.outcome == "mismatch", result.message
     assert result.mismatch is not None and (result.mismatch.row, result.mismatch.step) == (2, 1)
     assert result.mismatch.precision is None and result.mismatch.eager_logit_gap is None
-    assert result.message.endswith("so the difference is the loop's")
+    assert result.message.endswith("so the loop is at fault")
 
 
 def test_own_loop_that_agrees_goes_on_to_the_compiled_run() -> None:
@@ -418,3 +418,16 @@ def test_a_loop_that_drives_someone_elses_code_blames_that_code() -> None:
     result = check(ScriptedModel(), level)
     assert result.message.endswith("; model.generate with a static cache works, so transformers' exportable module "
                                    "(integrations/executorch.py) is at fault")
+
+
+def test_a_loop_that_drives_someone_elses_code_blames_that_code_for_a_difference_too() -> None:
+    """roberta's exportable module numbers positions from its input ids, so fed one token a step it differs from
+    generate; the loop only drives it. A label that says "eagerly" already is not said twice."""
+    level = FakeLevel(own_loop=DIFFERENT)
+    level.own_loop = "the exportable module run eagerly, one position a step"
+    level.own_loop_blame = "transformers' exportable module (integrations/executorch.py)"
+    result = check(ScriptedModel(static=EAGER), level)
+    assert result.outcome == "mismatch"
+    assert result.message.startswith("the exportable module run eagerly, one position a step differs from "
+                                     "model.generate at row 0")
+    assert result.message.endswith("so transformers' exportable module (integrations/executorch.py) is at fault")

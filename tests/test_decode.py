@@ -109,7 +109,7 @@ def test_loop_mismatch_on_a_sound_model_is_the_loops(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(decode, "initial_positions", lambda mask: mask.long().cumsum(-1))  # off by one
     result = run_check(build_tiny("gpt2"), "gpt2", "greedy", "decode", "eager", 3)  # absolute positions
     assert result.outcome == "mismatch"
-    assert result.message.endswith("so the difference is the loop's")
+    assert result.message.endswith("so the loop is at fault")
 
 
 def test_decode_level_is_one_graph_and_attributes_model_breaks(toy_project: pytest.Pytester,

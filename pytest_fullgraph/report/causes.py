@@ -34,7 +34,8 @@ _FAULT_OF_MESSAGE = (
     (re.compile(r"so transformers' exportable module \S+ is at fault"), "transformers"),
     # hf_et_helper's loop drives transformers' exportable module; reports before it said so blamed "the loop"
     (re.compile(r"^eager generation by the exportable module .*so the loop is at fault"), "transformers"),
-    (re.compile(r"so the loop is at fault"), "loop"),
+    (re.compile(r"^the exportable module .*so the difference is the loop's"), "transformers"),  # as recorded before
+    (re.compile(r"so the loop is at fault|so the difference is the loop's"), "loop"),
     (re.compile(r"nothing was compiled: transformers ran"), "transformers"),
     # a mismatch of transformers' export paths (``hf_levels``): the helper's loop, the exported program, the runtime
     (re.compile(r"the helper's loop is at fault|the exported program is at fault"), "transformers"),
