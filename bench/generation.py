@@ -461,8 +461,8 @@ def _measure_built(cells: list[Cell], root: Path, setup: Setup) -> dict[Cell, di
     recorded = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     built: dict[Cell, dict[str, Any]] = {(variant, model, batch, count): row
                                          for variant, model, batch, count, row in recorded}
-    measured = {cell: built.get(cell, {"error": f"not built in {root}"}) for cell in cells
-                if "error" in built.get(cell, {"error": ""})}
+    as_built = {cell: built.get(cell, {"error": f"not built in {root}"}) for cell in cells}
+    measured = {cell: row for cell, row in as_built.items() if "error" in row}  # failed or missing builds stay
     remaining = sorted(set(cells) - set(measured), key=lambda cell: (cell[1], cell[0], cell[2], cell[3]))
     for (variant, model), group in itertools.groupby(remaining, key=lambda cell: cell[:2]):  # model by model
         shapes = [(batch, count) for _, _, batch, count in group]

@@ -40,7 +40,7 @@ from pytest_fullgraph.loop_steps import (
     last_scores,
     new_cache,
 )
-from pytest_fullgraph.modeling import forward_parameters, initial_positions, missing_cache_message
+from pytest_fullgraph.modeling import cache_taking_parameters, initial_positions
 
 if TYPE_CHECKING:
     from transformers import GenerationConfig, PreTrainedModel
@@ -176,9 +176,7 @@ def prepare(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: tor
         generation_config=config, input_ids_seq_length=prompt_length, encoder_input_ids=input_ids,
         device=input_ids.device, model_kwargs={"attention_mask": expanded_mask})
     eos = config._eos_token_tensor
-    parameters = forward_parameters(model)
-    if "cache" not in parameters:
-        raise UnsupportedGeneration(missing_cache_message(model, parameters))
+    parameters = cache_taking_parameters(model)
     stop_strings = None
     if config.stop_strings is not None:
         if tokenizer is None:

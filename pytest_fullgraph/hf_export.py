@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pytest_fullgraph.generation import UnsupportedGeneration, generate_fn
-from pytest_fullgraph.modeling import forward_parameters, missing_cache_message
+from pytest_fullgraph.modeling import cache_taking_parameters
 
 if TYPE_CHECKING:
     import torch
@@ -97,9 +97,7 @@ def generate_steps(model: PreTrainedModel, inputs: dict[str, Any], config: Gener
     takes no cache has no prefill and decode to export: refused by name, as our loop refuses it."""
     import torch
 
-    parameters = forward_parameters(model)
-    if "cache" not in parameters:
-        raise UnsupportedGeneration(missing_cache_message(model, parameters))
+    cache_taking_parameters(model)
     with torch.no_grad(), _recorded_forwards(model) as calls:
         sequences = generate_fn(model)(**inputs, generation_config=config)
     initial_cache = calls[0].pop("initial_cache") if calls else None

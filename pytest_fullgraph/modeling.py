@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_fullgraph.generation import UnsupportedGeneration
+
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel
@@ -87,14 +89,17 @@ def defined_at(function: Any) -> str:
     return f"{path.name}:{line}" if path.name else ""
 
 
-def missing_cache_message(model: PreTrainedModel, parameters: set[str]) -> str:
-    """Why a model whose forward takes no ``cache`` cannot run our loop, naming its class, where its forward is,
-    and what to add."""
-    forward = type(model).forward
-    where = defined_at(forward)
+def cache_taking_parameters(model: PreTrainedModel) -> set[str]:
+    """The forward's parameters, when it takes a ``cache``; else ``UnsupportedGeneration`` naming the model's class,
+    where its forward is, and what to add (our loop and the exporters' host loop both pass one)."""
+    parameters = forward_parameters(model)
+    if "cache" in parameters:
+        return parameters
+    where = defined_at(type(model).forward)
     older = ", only the older `past_key_values`" if "past_key_values" in parameters else ""
-    return (f"{type(model).__name__}.forward{f' ({where})' if where else ''} takes no `cache` argument{older}: "
-            "the loop passes its static cache as forward(..., cache=...), as transformers 5's causal LMs take it")
+    raise UnsupportedGeneration(
+        f"{type(model).__name__}.forward{f' ({where})' if where else ''} takes no `cache` argument{older}: the loop "
+        "passes its static cache as forward(..., cache=...), as transformers 5's causal LMs take it")
 
 
 def initial_positions(attention_mask: torch.Tensor) -> torch.Tensor:
