@@ -239,8 +239,8 @@ def _own_loop_agrees(run: _Run, eager: torch.Tensor) -> bool:
     result = run.result
     result.outcome = MISMATCH
     result.mismatch = _explained_difference(run, eager, ours)
-    ran = level.own_loop if "eagerly" in level.own_loop else f"{level.own_loop} run eagerly"
-    result.message = (f"{ran} differs from model.generate at {result.mismatch.describe(level.own_loop)}"
+    where = result.mismatch.describe(level.own_loop)
+    result.message = (f"{level.own_loop} run eagerly differs from model.generate at {where}"
                       f"{static_cache_verdict(run.model, run.inputs, config, run.seed, eager, level.own_loop_blame)}")
     return False
 

@@ -158,7 +158,7 @@ class HfEtHelperLevel(Level):
                    "its own generate helper, one prompt at a time (greedy)")
     opt_in = True
     graph_rule: GraphRule = GRAPHS_NOT_COUNTED
-    own_loop = "the exportable module run eagerly, one position a step"
+    own_loop = "the exportable module (one position a step)"
     own_loop_blame = "transformers' exportable module (integrations/executorch.py)"
     #: the program of this process's last ``run_compiled`` (checks run one at a time per process)
     _last_program: Any = None

@@ -422,12 +422,12 @@ def test_a_loop_that_drives_someone_elses_code_blames_that_code() -> None:
 
 def test_a_loop_that_drives_someone_elses_code_blames_that_code_for_a_difference_too() -> None:
     """roberta's exportable module numbers positions from its input ids, so fed one token a step it differs from
-    generate; the loop only drives it. A label that says "eagerly" already is not said twice."""
+    generate; the loop only drives it."""
     level = FakeLevel(own_loop=DIFFERENT)
-    level.own_loop = "the exportable module run eagerly, one position a step"
+    level.own_loop = "the exportable module (one position a step)"
     level.own_loop_blame = "transformers' exportable module (integrations/executorch.py)"
     result = check(ScriptedModel(static=EAGER), level)
     assert result.outcome == "mismatch"
-    assert result.message.startswith("the exportable module run eagerly, one position a step differs from "
+    assert result.message.startswith("the exportable module (one position a step) run eagerly differs from "
                                      "model.generate at row 0")
     assert result.message.endswith("so transformers' exportable module (integrations/executorch.py) is at fault")

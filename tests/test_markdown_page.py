@@ -122,11 +122,11 @@ CRASHED = "suites/test_conformance.py::test_generation_compiles_exactly[opt-gree
     (a_check("opt", "error", "timeout after 60 s, during compiled generation"), "unknown"),
     (a_check("opt", "error", "compiled generation failed at executorch/runtime/__init__.py:147: RuntimeError: "
                              "method->execute() failed with error 0x10"), "runtime"),
-    (a_check("opt", "error", "eager generation by the exportable module run eagerly, one position a step failed at "
+    (a_check("opt", "error", "eager generation by the exportable module (one position a step) failed at "
                              "transformers/cache_utils.py:487: RuntimeError: r; model.generate with a static cache "
                              "works, so transformers' exportable module (integrations/executorch.py) is at fault"),
      "transformers"),
-    (a_check("opt", "error", "eager generation by the exportable module run eagerly, one position a step failed at "
+    (a_check("opt", "error", "eager generation by the exportable module (one position a step) failed at "
                              "transformers/integrations/executorch.py:536: AttributeError: a; model.generate with a "
                              "static cache works, so the loop is at fault"), "transformers"),  # as recorded before
     (a_check("opt", "error", f"worker gw1 crashed while running this check ({CRASHED}): Segmentation fault at "
