@@ -129,8 +129,13 @@ _POSITIONS = '''def positions_loop(module, row, new_tokens):  # the exported for
         tokens += [logits[0, -1].argmax()] if position >= row.shape[1] - 1 else []
     return torch.stack(tokens)[None]
 '''
-#: Templates that compare tokens: they catch no exception, so they need no ``found_in``
-_MISMATCH_TEMPLATES = frozenset({"forward_mismatch", "helper_mismatch"})
+_RAISES = (_HELPERS, _ERROR_ONLY, _FINISH)
+_BREAKS = (_HELPERS, _COMPILE_ERRORS, _FINISH)
+#: The helper functions each template's script defines, in order. Those that compare tokens catch no exception,
+#: so they need no ``found_in``; the compiling ones tell a graph break from a compiler crash.
+_HELPER_BLOCKS = {"static_error": _RAISES, "eager_error": _RAISES, "not_compiled": _RAISES,
+                  "generate_break": _BREAKS, "forward_compile": _BREAKS, "compiled_generate": _BREAKS,
+                  "forward_mismatch": (_FINISH,), "helper_mismatch": (_FINISH, _POSITIONS)}
 _FORWARD = '''    forward = torch.compile(model, fullgraph=True, backend="eager")
     prefill = dict(inputs, ${positions}use_cache=True)
     with torch.no_grad():
@@ -150,7 +155,7 @@ _EXPLAIN = '''            if found["kind"] == "crash":  # where does dynamo brea
                 reasons = torch._dynamo.explain(model)(**prefill, cache=cache).break_reasons
                 found["where"] = where(reasons[0].user_stack) if reasons else "?"
 '''
-_COMPILE_TEMPLATES = frozenset({"generate_break", "forward_compile", "compiled_generate"})
+_COMPILE_TEMPLATES = frozenset(name for name, blocks in _HELPER_BLOCKS.items() if blocks is _BREAKS)
 #: The templates that call ``generate`` (and so inline ``GENERATION`` and the model's generation defaults).
 GENERATE_TEMPLATES = frozenset(TEMPLATES) - {"forward_compile"}
 
@@ -185,9 +190,7 @@ class Script:
 
 def render(script: Script) -> str:
     """The reproducer's text."""
-    helpers = [_HELPERS, _COMPILE_ERRORS if script.template in _COMPILE_TEMPLATES else _ERROR_ONLY, _FINISH]
-    if script.template in _MISMATCH_TEMPLATES:
-        helpers = [_FINISH, _POSITIONS] if script.template == "helper_mismatch" else [_FINISH]
+    helpers = _HELPER_BLOCKS[script.template]
     return "\n".join([*_header(script), *_imports(script), "", *_constants(script), "", *helpers, *_main(script),
                       _TAIL]).rstrip("\n") + "\n"
 
