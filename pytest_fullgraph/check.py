@@ -39,6 +39,7 @@ from pytest_fullgraph.results import (
     Mismatch,
     Stage,
     first_line,
+    summary,
 )
 from pytest_fullgraph.scenarios import SCENARIOS, Scenario
 from pytest_fullgraph.timer import CheckTimeout, time_limit
@@ -166,7 +167,7 @@ def _judge_exception(run: _Run, error: Exception) -> None:
     result = run.result
     located = breaks.record_from_exception(error)
     where = f" at {located.where()}" if located.file else ""
-    detail = f"{where}: {type(error).__name__}: {first_line(error)}"
+    detail = f"{where}: {type(error).__name__}: {summary(error)}"
     eager = run.stage in (Stage.EAGER, Stage.OWN_LOOP)
     if eager and _NO_KERNEL.search(str(error)):
         result.outcome, result.message = SKIP, f"{result.dtype} cannot run here{detail}"

@@ -21,9 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_fullgraph.generation import UnsupportedGeneration, generate_fn
 from pytest_fullgraph.modeling import cache_taking_parameters
+from pytest_fullgraph.results import add_note
 
 if TYPE_CHECKING:
     import torch
+    from torch.utils._pytree import TreeSpec
     from transformers import GenerationConfig, PreTrainedModel
 
 #: A forward the host loop calls: keyword arguments as ``generate`` passes them; the model's output back.
@@ -141,3 +143,79 @@ def host_loop(prefill: Forward, decode: Forward, recorded: GenerateSteps, cache:
 def fresh_cache(recorded: GenerateSteps) -> Any:
     """A copy of the cache ``generate`` started from, unfilled, as the programs were exported with it."""
     return copy.deepcopy(recorded.initial_cache)
+
+
+@dataclass
+class CheckedRunner:
+    """A back end's runner as the host loop calls it. A runner refusing the loop's cache gets a note naming the
+    Python values of the cache that differ from the program's input spec (recorded at export); with ``refit`` the
+    cache's tensors are fed under the exported spec instead, as ONNX's and ExecuTorch's programs take them (leaves
+    only): the cross-check of their programs against torch.export's."""
+
+    runner: Any
+    name: str
+    refit: bool = False
+
+    def __call__(self, **kwargs: Any) -> Any:
+        import torch.utils._pytree as pytree
+
+        exported = _exported_cache_spec(self.runner)
+        cache = kwargs.get("cache")
+        if self.refit and exported is not None and cache is not None:
+            kwargs["cache"] = pytree.tree_unflatten(pytree.tree_leaves(cache), exported)
+        try:
+            return self.runner(**kwargs)
+        except Exception as error:
+            given = pytree.tree_flatten(cache)[1] if cache is not None else None
+            differences = spec_differences(exported, given) if exported is not None and given is not None else []
+            if differences:
+                add_note(error, f"the {self.name} program's input spec holds the cache's Python values as they were "
+                                f"at export, and the cache the loop passes differs: {'; '.join(differences)}")
+            raise
+
+
+def _exported_cache_spec(runner: Any) -> TreeSpec | None:
+    """The cache's part of a runner's input spec (transformers' export metadata); None when it has none."""
+    from transformers.exporters.metadata import load_treespec
+
+    metadata = getattr(runner, "metadata", None)
+    if metadata is None or not getattr(metadata, "in_spec", None):
+        return None
+    kwargs_spec = load_treespec(metadata.in_spec).children_specs[1]
+    names = list(kwargs_spec.context or ())
+    return kwargs_spec.children_specs[names.index("cache")] if "cache" in names else None
+
+
+def spec_differences(exported: TreeSpec, given: TreeSpec) -> list[str]:
+    """What differs between two pytree specs, as "StaticSlidingWindowLayer.cumulative_length_int 8 at export, 9
+    now" (each difference once, however many layers share it)."""
+    found: list[str] = []
+    if exported.type is not given.type:
+        found.append(f"{getattr(given.type, '__name__', given.type)} where "
+                     f"{getattr(exported.type, '__name__', exported.type)} was exported")
+        return found
+    if exported.context != given.context:
+        found += _context_differences(exported.context, given.context, getattr(exported.type, "__name__", ""))
+    if len(exported.children_specs) == len(given.children_specs):
+        for ours, theirs in zip(exported.children_specs, given.children_specs, strict=True):
+            found += spec_differences(ours, theirs)
+    else:
+        found.append(f"{len(given.children_specs)} children where {len(exported.children_specs)} were exported")
+    return list(dict.fromkeys(found))
+
+
+def _context_differences(exported: Any, given: Any, path: str) -> Iterator[str]:
+    """transformers' exporter writes an object's context as ``{"p": "module:Class", "s": {field: value}}``: a
+    difference is named by the class and field that hold it."""
+    if isinstance(exported, dict) and isinstance(given, dict):
+        kind = exported.get("p")
+        if isinstance(kind, str) and kind == given.get("p"):
+            yield from _context_differences(exported.get("s"), given.get("s"), kind.rpartition(":")[2])
+            return
+        for key in dict.fromkeys([*exported, *given]):
+            yield from _context_differences(exported.get(key), given.get(key), f"{path}.{key}" if path else str(key))
+    elif isinstance(exported, list) and isinstance(given, list) and len(exported) == len(given):
+        for ours, theirs in zip(exported, given, strict=True):
+            yield from _context_differences(ours, theirs, path)
+    elif exported != given:
+        yield f"{path} {exported!r} at export, {given!r} now"

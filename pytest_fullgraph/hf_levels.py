@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from pytest_fullgraph.generation import UnsupportedGeneration, static_cache_config
-from pytest_fullgraph.hf_export import fresh_cache, generate_steps, host_loop, refuse_unless_greedy
+from pytest_fullgraph.hf_export import CheckedRunner, fresh_cache, generate_steps, host_loop, refuse_unless_greedy
 from pytest_fullgraph.levels import GRAPHS_NOT_COUNTED, GraphRule, Level
-from pytest_fullgraph.results import first_line
+from pytest_fullgraph.results import summary
 
 if TYPE_CHECKING:
     import torch
@@ -71,10 +71,10 @@ class HfExporterLevel(_RequiresPackages):
         del backend  # the exporter makes its own programs; no torch.compile backend is involved
         return self.exported_loop(model, inputs, config)()
 
-    def exported_loop(self, model: PreTrainedModel, inputs: dict[str, Any],
-                      config: GenerationConfig) -> Callable[[], torch.Tensor]:
+    def exported_loop(self, model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig,
+                      refit: bool = False) -> Callable[[], torch.Tensor]:
         """Export the programs once; the returned call runs them in the host loop (``bench/export_paths.py`` times
-        it)."""
+        it). ``refit``: the cache fed as its tensors alone (``CheckedRunner``)."""
         from transformers.exporters import AutoHfExporter
 
         recorded = generate_steps(model, _prompts(inputs), config)
@@ -88,7 +88,8 @@ class HfExporterLevel(_RequiresPackages):
             raise UnsupportedGeneration(
                 f"transformers' exporter made no {' or '.join(map(repr, missing))} program for {type(model).__name__} "
                 f"(it made: {', '.join(map(repr, runners)) or 'nothing'})")
-        return lambda: host_loop(runners["prefill"], runners["decode"], recorded, fresh_cache(recorded))
+        prefill, decode = (CheckedRunner(runners[name], name, refit) for name in ("prefill", "decode"))
+        return lambda: host_loop(prefill, decode, recorded, fresh_cache(recorded))
 
 
     def mismatch_cause(self, model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig,
@@ -99,11 +100,11 @@ class HfExporterLevel(_RequiresPackages):
 
         if not self.conversion:
             return ""
-        try:
-            exported = HfDynamoLevel().exported_loop(model, inputs, config)()
+        try:  # fed the cache's tensors under the exported spec, as the converted programs are fed
+            exported = HfDynamoLevel().exported_loop(model, inputs, config, refit=True)()
         except Exception as error:  # that path failing is its own check's verdict; here it only cannot tell
             return (f"; the dynamo back end's programs fail in the same loop ({type(error).__name__}: "
-                    f"{first_line(error)}), so the {self.conversion} cannot be told from torch.export's program")
+                    f"{summary(error)}), so the {self.conversion} cannot be told from torch.export's program")
         if torch.equal(exported, eager):
             return (f"; the same prefill and decode as torch.export programs (transformers' dynamo back end) give "
                     f"generate's tokens in the same loop: the {self.conversion} is at fault")

@@ -96,6 +96,19 @@ def first_line(text: object) -> str:
     return next((line.strip() for line in str(text).splitlines() if line.strip()), "")
 
 
+def add_note(error: BaseException, note: str) -> None:
+    """Our diagnosis on someone else's exception, its traceback (and so its site) kept; ``add_note`` of Python
+    3.11, written so 3.10 has it too."""
+    vars(error)["__notes__"] = [*getattr(error, "__notes__", []), note]
+
+
+def summary(error: BaseException) -> str:
+    """An exception's first line and the notes our code added to it: what a report's message shows."""
+    notes = [first_line(note) for note in getattr(error, "__notes__", ())]
+    head = first_line(error).rstrip(":") if notes else first_line(error)  # "... tree spec:" introduced a dump
+    return "; ".join(part for part in (head, *notes) if part)
+
+
 @dataclass(frozen=True)
 class Frame:
     """One user-stack frame, its path shown relative to site-packages or the project root."""

@@ -19,7 +19,7 @@ from pytest_fullgraph.check import failed_build
 from pytest_fullgraph.compile_events import CountingBackend
 from pytest_fullgraph.levels import AT_LEAST_ONE_GRAPH, GRAPHS_NOT_COUNTED, ONE_GRAPH, GraphRule, Level
 from pytest_fullgraph.report import Report, markdown
-from pytest_fullgraph.results import BreakRecord, CheckResult, Stage
+from pytest_fullgraph.results import BreakRecord, CheckResult, Stage, add_note
 
 PROMPT_WIDTH = 8  # the greedy scenario: two prompts of 8 tokens
 NEW_TOKENS = 4
@@ -234,6 +234,16 @@ def test_compiled_run_crashing_outside_torch_is_an_error_of_the_compiled_stage()
     result = check(ScriptedModel(), FakeLevel(raises=KeyError("lost")))
     assert result.outcome == "error" and result.message.startswith("compiled generation failed")
     assert result.stage == "compiled generation"
+
+
+def test_a_note_our_code_put_on_someone_elses_exception_is_in_the_message_after_its_first_line() -> None:
+    """A runner's error whose first line ends in a dump keeps its site and type; our diagnosis follows it."""
+    error = ValueError("Trying to flatten user inputs with exported input tree spec:\nTreeSpec(...)")
+    add_note(error, "the decode program's input spec holds the cache's Python values as they were at export")
+    result = check(ScriptedModel(), FakeLevel(raises=error))
+    assert result.outcome == "error"
+    assert result.message.endswith(": ValueError: Trying to flatten user inputs with exported input tree spec; the "
+                                   "decode program's input spec holds the cache's Python values as they were at export")
 
 
 def test_a_level_object_is_judged_without_the_check_knowing_its_name() -> None:

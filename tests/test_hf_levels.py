@@ -11,7 +11,7 @@ import torch
 
 from pytest_fullgraph import build_tiny, run_check
 from pytest_fullgraph.generation import static_cache_config
-from pytest_fullgraph.hf_export import fresh_cache, generate_steps, host_loop
+from pytest_fullgraph.hf_export import CheckedRunner, fresh_cache, generate_steps, host_loop, spec_differences
 from pytest_fullgraph.inputs import generation_config, make_inputs
 from pytest_fullgraph.scenarios import SCENARIOS
 
@@ -151,7 +151,8 @@ def test_a_back_ends_mismatch_is_told_from_torch_exports_program_by_the_dynamo_b
 
     eager = torch.tensor([[1, 2, 3]])
 
-    def exported_loop(self: Any, model: Any, inputs: Any, config: Any) -> Any:
+    def exported_loop(self: Any, model: Any, inputs: Any, config: Any, refit: bool = False) -> Any:
+        assert refit  # fed as the converted programs are: the cache's tensors under the exported spec
         if isinstance(dynamo, Exception):
             raise dynamo
         return lambda: eager if dynamo == "same" else torch.tensor([[1, 2, 4]])
@@ -159,3 +160,67 @@ def test_a_back_ends_mismatch_is_told_from_torch_exports_program_by_the_dynamo_b
     monkeypatch.setattr(hf_levels.HfDynamoLevel, "exported_loop", exported_loop)
     assert hf_levels.HfOnnxLevel().mismatch_cause(None, {}, None, eager).endswith(ending)  # type: ignore[arg-type]
     assert hf_levels.HfDynamoLevel().mismatch_cause(None, {}, None, eager) == ""  # type: ignore[arg-type]
+
+
+class Layer:
+    """A cache layer as transformers' exporter flattens one: tensors as leaves, Python values in the context."""
+
+    def __init__(self, keys: torch.Tensor, length: int) -> None:
+        self.keys, self.length = keys, length
+
+
+torch.utils._pytree.register_pytree_node(
+    Layer, lambda layer: ([layer.keys], {"p": "tests:Layer", "s": {"keys": {"_t": "tensor", "i": 0},
+                                                                     "length": layer.length}}),
+    lambda leaves, context: Layer(next(iter(leaves)), context["s"]["length"]))
+
+
+def a_spec(*lengths: int) -> Any:
+    return torch.utils._pytree.tree_flatten([Layer(torch.zeros(1), n) for n in lengths])[1]
+
+
+def test_spec_differences_name_each_changed_python_value_once_by_class_and_field() -> None:
+    assert spec_differences(a_spec(8, 8), a_spec(8, 8)) == []
+    assert spec_differences(a_spec(8, 8), a_spec(9, 9)) == ["Layer.length 8 at export, 9 now"]
+    assert spec_differences(a_spec(8), a_spec(8, 8)) == ["2 children where 1 were exported"]
+
+
+def test_a_runner_refusing_the_cache_gets_a_note_and_with_refit_is_fed_the_exported_spec(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner checks the cache's spec as transformers' dynamo and ExecuTorch runners do; the refusal keeps its
+    own exception (and site) with the differing values noted; refit feeds the same tensors under the exported spec."""
+    from pytest_fullgraph import hf_export
+
+    exported = a_spec(8)
+    monkeypatch.setattr(hf_export, "_exported_cache_spec", lambda runner: exported)
+
+    def strict_runner(**kwargs: Any) -> Any:
+        leaves, spec = torch.utils._pytree.tree_flatten(kwargs["cache"])
+        if spec != exported:
+            raise ValueError("Trying to flatten user inputs with exported input tree spec:\n...")
+        return leaves[0]
+
+    stepped = [Layer(torch.ones(1), 9)]
+    with pytest.raises(ValueError) as refused:
+        CheckedRunner(strict_runner, "decode")(cache=stepped)
+    assert getattr(refused.value, "__notes__", None) == [
+        "the decode program's input spec holds the cache's Python values as they were at export, and the cache the "
+        "loop passes differs: Layer.length 8 at export, 9 now"]
+    assert torch.equal(CheckedRunner(strict_runner, "decode", refit=True)(cache=stepped), torch.ones(1))
+
+
+def test_transformers_dynamo_runner_refuses_a_sliding_window_cache_naming_its_step_count() -> None:
+    """transformers 5.24: a sliding-window layer's step count is a Python int in the exported decode program's input
+    spec, so the next step's cache is refused; fed the same tensors under that spec, the programs are exact."""
+    result = run_check(build_tiny("gemma2"), "gemma2", "greedy", "hf_dynamo", "aot_eager", 4)
+    assert result.outcome == "error", result.message
+    assert "StaticSlidingWindowLayer.cumulative_length_int 8 at export, 9 now" in result.message
+    assert "runner_dynamo.py" in result.message  # the site is still transformers' runner, not our wrapper
+    from pytest_fullgraph.hf_levels import HfDynamoLevel
+
+    model = build_tiny("gemma2")
+    scenario = SCENARIOS["greedy"]
+    inputs = make_inputs(model, scenario)
+    config = static_cache_config(generation_config(scenario, 4, None, {}))
+    refit = HfDynamoLevel().exported_loop(model, inputs, config, refit=True)()
+    assert torch.equal(refit, generate_steps(model, inputs, config).sequences)
