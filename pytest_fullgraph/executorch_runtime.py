@@ -11,15 +11,34 @@ cannot take is refused before the minute-long lowering starts, in one line, from
   ``sampling_noise``), drawn on the host as ``generate`` draws it;
 - an unbounded dimension: ExecuTorch plans every buffer for the largest shape, so a dynamic export needs
   ``max_batch_size`` (its prompt length is bounded by ``max_prompt_length`` already).
+
+When a method fails, the runtime raises only "method->execute() failed with error 0x10"; why (a static tensor it
+was asked to resize, a missing kernel) it writes to the process's stderr. ``runtime_log`` keeps those lines with
+the exception, for our programs and for transformers' exporter's alike.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_fullgraph.results import add_note
+
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
+
+#: A line of the runtime's C++ log: "[method.cpp:1528] CALL_DELEGATE execute failed at instruction 99: 0x10"
+_LOG_LINE = re.compile(r"^\[(?P<site>[\w.]+:\d+)\]\s*(?P<text>.+?)\s*$")
+#: the runtime's start-up probing of the CPU, logged on every load: never a reason
+_NOT_A_REASON = ("cpuinfo_utils.",)
+#: how many of the log's last lines a note keeps (the reason, and the calls it failed through)
+_KEPT_LINES = 4
 
 
 def refusal(metadata: dict[str, Any]) -> str | None:
@@ -57,4 +76,46 @@ def load(path: Path) -> Any:
     method = Runtime.get().load_program(path).load_method("forward")
     if method is None:
         raise ValueError("the program has no forward method")
-    return lambda *inputs: tuple(method.execute(list(inputs)))
+
+    def run(*inputs: Any) -> tuple[Any, ...]:
+        with runtime_log():
+            return tuple(method.execute(list(inputs)))
+
+    return run
+
+
+@contextmanager
+def runtime_log() -> Iterator[None]:
+    """Run the block with the process's stderr captured; an exception leaving it gets the runtime's log lines as a
+    note ("ExecuTorch's runtime logged: ..."). What was written is passed on to stderr either way."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as log:
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        except Exception as error:
+            reasons = runtime_reasons(_restored(saved, log))
+            if reasons:
+                add_note(error, f"ExecuTorch's runtime logged: {'; '.join(reasons)}")
+            raise
+        else:
+            _restored(saved, log)
+
+
+def _restored(saved: int, log: Any) -> str:
+    """Put stderr back, write what the block wrote to it, and return that text."""
+    os.dup2(saved, 2)
+    os.close(saved)
+    log.seek(0)
+    written = log.read()
+    if written:
+        os.write(2, written)
+    return str(written.decode(errors="replace"))
+
+
+def runtime_reasons(text: str) -> list[str]:
+    """The runtime's last log lines, as "what it says (file.cpp:line)", start-up noise left out."""
+    found = [match for match in map(_LOG_LINE.match, text.splitlines())
+             if match and not match["site"].startswith(_NOT_A_REASON)]
+    return [f"{match['text']} ({match['site']})" for match in found[-_KEPT_LINES:]]

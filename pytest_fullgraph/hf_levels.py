@@ -89,7 +89,16 @@ class HfExporterLevel(_RequiresPackages):
                 f"transformers' exporter made no {' or '.join(map(repr, missing))} program for {type(model).__name__} "
                 f"(it made: {', '.join(map(repr, runners)) or 'nothing'})")
         prefill, decode = (CheckedRunner(runners[name], name, refit) for name in ("prefill", "decode"))
-        return lambda: host_loop(prefill, decode, recorded, fresh_cache(recorded))
+
+        def run() -> torch.Tensor:
+            with self.runtime_log():
+                return host_loop(prefill, decode, recorded, fresh_cache(recorded))
+
+        return run
+
+    def runtime_log(self) -> contextlib.AbstractContextManager[None]:
+        """Where the back end's runtime writes why it failed, kept with the exception (none but ExecuTorch's)."""
+        return contextlib.nullcontext()
 
 
     def mismatch_cause(self, model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig,
@@ -148,6 +157,11 @@ class HfExecutorchLevel(HfExporterLevel):
         from transformers.exporters import ExecutorchConfig
 
         return ExecutorchConfig(backend="xnnpack")
+
+    def runtime_log(self) -> contextlib.AbstractContextManager[None]:
+        from pytest_fullgraph.executorch_runtime import runtime_log
+
+        return runtime_log()
 
 
 class HfEtHelperLevel(Level):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
@@ -223,6 +224,43 @@ def test_executorch_takes_sampling_only_with_noise_as_an_input() -> None:
     noise = {"per_step": [128], "dtype": "torch.float32"}
     assert executorch_runtime.refusal({"generation_config": {"do_sample": True}, "inputs": bounded,
                                        "noise": noise}) is None
+
+
+#: What ExecuTorch 1.5.1's runtime wrote when glm4_moe's decode program (transformers' exporter, XNNPACK) failed
+#: with "method->execute() failed with error 0x10"
+GLM4_MOE_LOG = """[cpuinfo_utils.cpp:87] Failed to open midr file /sys/devices/soc0/image_version
+[tensor_impl.cpp:135] Attempted to resize a static tensor. Expected shape (0, 0, 0), but received (1, 22008, 240).
+[XNNExecutor.cpp:279] Failed to resize output tensor for XNNExecutor
+[method.cpp:1528] CALL_DELEGATE execute failed at instruction 99: 0x10
+"""
+
+
+def test_the_runtimes_log_says_why_a_method_failed_without_its_start_up_noise() -> None:
+    from pytest_fullgraph.executorch_runtime import runtime_reasons
+
+    assert runtime_reasons(GLM4_MOE_LOG) == [
+        "Attempted to resize a static tensor. Expected shape (0, 0, 0), but received (1, 22008, 240). "
+        "(tensor_impl.cpp:135)", "Failed to resize output tensor for XNNExecutor (XNNExecutor.cpp:279)",
+        "CALL_DELEGATE execute failed at instruction 99: 0x10 (method.cpp:1528)"]
+    assert runtime_reasons("plain text\n") == []
+
+
+def test_a_failing_calls_stderr_becomes_a_note_and_still_reaches_stderr(capfd: pytest.CaptureFixture[str]) -> None:
+    """The runtime writes its reason to file descriptor 2 from C++, not to sys.stderr."""
+    from pytest_fullgraph.executorch_runtime import runtime_log
+    from pytest_fullgraph.results import summary
+
+    with pytest.raises(RuntimeError) as failed, runtime_log():
+        os.write(2, GLM4_MOE_LOG.encode())
+        raise RuntimeError("method->execute() failed with error 0x10")
+    assert summary(failed.value) == ("method->execute() failed with error 0x10; ExecuTorch's runtime logged: "
+                                     "Attempted to resize a static tensor. Expected shape (0, 0, 0), but received "
+                                     "(1, 22008, 240). (tensor_impl.cpp:135); Failed to resize output tensor for "
+                                     "XNNExecutor (XNNExecutor.cpp:279); CALL_DELEGATE execute failed at instruction "
+                                     "99: 0x10 (method.cpp:1528)")
+    with runtime_log():
+        os.write(2, b"[method.cpp:1] fine\n")
+    assert capfd.readouterr().err == GLM4_MOE_LOG + "[method.cpp:1] fine\n"
 
 
 def test_a_runtime_without_its_package_is_named_with_its_extra(toy_project: pytest.Pytester,
