@@ -128,11 +128,17 @@ def host_loop(prefill: Forward, decode: Forward, recorded: GenerateSteps, cache:
     chosen: list[torch.Tensor] = []
     output: Any = None
     for index, recorded_step in enumerate(recorded.steps):
-        step = {**recorded_step, "cache": output.cache if output is not None and getattr(output, "cache", None)
-                is not None else cache}
+        carried = output is not None and getattr(output, "cache", None) is not None
+        step = {**recorded_step, "cache": output.cache if carried else cache}
         if index:
             step["input_ids"] = chosen[-1][:, None]
-        output = (decode if index else prefill)(**step)
+        try:
+            output = (decode if index else prefill)(**step)
+        except Exception as error:
+            if index and not carried:
+                add_note(error, "the previous step's outputs hold no cache, so the loop passed on the cache it started "
+                                "with, as generate does (the eager forward fills it in place)")
+            raise
         token = output.logits[:, -1].argmax(-1)
         token = torch.where(running, token, torch.full_like(token, recorded.pad_token_id))
         running &= ~torch.isin(token, torch.tensor(recorded.eos_token_ids, dtype=token.dtype))
@@ -143,6 +149,10 @@ def host_loop(prefill: Forward, decode: Forward, recorded: GenerateSteps, cache:
 def fresh_cache(recorded: GenerateSteps) -> Any:
     """A copy of the cache ``generate`` started from, unfilled, as the programs were exported with it."""
     return copy.deepcopy(recorded.initial_cache)
+
+
+#: how many of the cache's differing values a refusal's note names
+_SHOWN = 3
 
 
 @dataclass
@@ -169,8 +179,10 @@ class CheckedRunner:
             given = pytree.tree_flatten(cache)[1] if cache is not None else None
             differences = spec_differences(exported, given) if exported is not None and given is not None else []
             if differences:
+                more = f"; and {len(differences) - _SHOWN} more" if len(differences) > _SHOWN else ""
                 add_note(error, f"the {self.name} program's input spec holds the cache's Python values as they were "
-                                f"at export, and the cache the loop passes differs: {'; '.join(differences)}")
+                                f"at export, and the cache the loop passes differs: "
+                                f"{'; '.join(differences[:_SHOWN])}{more}")
             raise
 
 

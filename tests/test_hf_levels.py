@@ -207,6 +207,36 @@ def test_a_runner_refusing_the_cache_gets_a_note_and_with_refit_is_fed_the_expor
         "the decode program's input spec holds the cache's Python values as they were at export, and the cache the "
         "loop passes differs: Layer.length 8 at export, 9 now"]
     assert torch.equal(CheckedRunner(strict_runner, "decode", refit=True)(cache=stepped), torch.ones(1))
+    exported = a_spec(1, 2, 3, 4)
+    with pytest.raises(ValueError) as refused:
+        CheckedRunner(strict_runner, "decode")(cache=[Layer(torch.ones(1), n) for n in (5, 6, 7, 8)])
+    assert getattr(refused.value, "__notes__", [""])[0].endswith(
+        "differs: Layer.length 1 at export, 5 now; Layer.length 2 at export, 6 now; Layer.length 3 at export, 7 now; "
+        "and 1 more")
+
+
+def test_a_decode_refused_after_a_prefill_that_returned_no_cache_says_the_loop_passed_the_unfilled_one() -> None:
+    """recurrent_gemma's programs: the prefill's outputs hold no cache, so the loop can only pass on the cache it
+    started with (the eager forward fills that one in place); the decode's refusal says so."""
+    model = build_tiny("llama")
+    scenario = SCENARIOS["greedy"]
+    inputs = make_inputs(model, scenario)
+    recorded = generate_steps(model, inputs, static_cache_config(generation_config(scenario, 3, None, {})))
+
+    def prefill(**step: Any) -> Any:
+        return type("Output", (), {"logits": model(**step).logits})()
+
+    def decode(**step: Any) -> Any:
+        raise ValueError("Trying to flatten user inputs with exported input tree spec:")
+
+    with pytest.raises(ValueError) as refused:
+        host_loop(prefill, decode, recorded, fresh_cache(recorded))
+    assert getattr(refused.value, "__notes__", None) == [
+        "the previous step's outputs hold no cache, so the loop passed on the cache it started with, as generate "
+        "does (the eager forward fills it in place)"]
+    with pytest.raises(ValueError) as refused:  # a prefill that fails is not said to have returned no cache
+        host_loop(decode, decode, recorded, fresh_cache(recorded))
+    assert not hasattr(refused.value, "__notes__")
 
 
 def test_transformers_dynamo_runner_refuses_a_sliding_window_cache_naming_its_step_count() -> None:
