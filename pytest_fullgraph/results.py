@@ -105,8 +105,14 @@ def add_note(error: BaseException, note: str) -> None:
 def summary(error: BaseException) -> str:
     """An exception's first line and the notes our code added to it: what a report's message shows."""
     notes = [first_line(note) for note in getattr(error, "__notes__", ())]
-    head = first_line(error).rstrip(":") if notes else first_line(error)  # "... tree spec:" introduced a dump
+    head = first_line(error)
+    if notes:  # the note says what the first line's dump meant ("... tree spec:", "Real spec TreeSpec(...)")
+        head = head.rstrip(":") if len(head) <= _LONGEST_HEAD else f"{head[:_LONGEST_HEAD].rstrip()} ..."
     return "; ".join(part for part in (head, *notes) if part)
+
+
+#: how much of an exception's first line a message keeps when our note explains it
+_LONGEST_HEAD = 160
 
 
 @dataclass(frozen=True)

@@ -244,6 +244,11 @@ def test_a_note_our_code_put_on_someone_elses_exception_is_in_the_message_after_
     assert result.outcome == "error"
     assert result.message.endswith(": ValueError: Trying to flatten user inputs with exported input tree spec; the "
                                    "decode program's input spec holds the cache's Python values as they were at export")
+    dump = RuntimeError(f"Real spec TreeSpec(StaticCache, {'x' * 500}) of the input does not match")
+    add_note(dump, "the decode program's input spec ...")
+    message = check(ScriptedModel(), FakeLevel(raises=dump)).message
+    kept = f"{str(dump)[:160]} ...; the decode program's input spec ..."
+    assert f"RuntimeError: {kept}" in message  # a dump cut where the note explains it
 
 
 def test_a_level_object_is_judged_without_the_check_knowing_its_name() -> None:
