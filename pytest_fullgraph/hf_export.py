@@ -169,14 +169,13 @@ class CheckedRunner:
     def __call__(self, **kwargs: Any) -> Any:
         import torch.utils._pytree as pytree
 
-        exported = _exported_cache_spec(self.runner)
         cache = kwargs.get("cache")
-        if self.refit and exported is not None and cache is not None:
-            kwargs["cache"] = pytree.tree_unflatten(pytree.tree_leaves(cache), exported)
+        if self.refit and self.exported_cache is not None and cache is not None:
+            kwargs["cache"] = pytree.tree_unflatten(pytree.tree_leaves(cache), self.exported_cache)
         try:
             return self.runner(**kwargs)
         except Exception as error:
-            given = pytree.tree_flatten(cache)[1] if cache is not None else None
+            exported, given = self.exported_cache, pytree.tree_flatten(cache)[1] if cache is not None else None
             differences = spec_differences(exported, given) if exported is not None and given is not None else []
             if differences:
                 more = f"; and {len(differences) - _SHOWN} more" if len(differences) > _SHOWN else ""
@@ -184,6 +183,12 @@ class CheckedRunner:
                                 f"at export, and the cache the loop passes differs: "
                                 f"{'; '.join(differences[:_SHOWN])}{more}")
             raise
+
+
+    @functools.cached_property
+    def exported_cache(self) -> TreeSpec | None:
+        """Read once, when needed: a timed loop (``bench/export_paths.py``) pays nothing for it."""
+        return _exported_cache_spec(self.runner)
 
 
 def _exported_cache_spec(runner: Any) -> TreeSpec | None:
