@@ -134,11 +134,16 @@ def frames_from(summaries: list[traceback.FrameSummary] | traceback.StackSummary
 
 
 def innermost(stack: list[Frame]) -> Frame | None:
-    """The innermost frame in library or user code, skipping torch's own wrappers when others exist."""
+    """The innermost frame in library or user code, skipping torch's own wrappers and the standard library's
+    (``copy.deepcopy`` of a tensor is the fault of whoever called it) when others exist."""
     for frame in reversed(stack):
-        if not _is_torch_internal(frame.file):
+        if not _is_torch_internal(frame.file) and not _STANDARD_LIBRARY.match(frame.file):
             return frame
     return stack[-1] if stack else None
+
+
+#: How ``display_path`` shows a file of the standard library
+_STANDARD_LIBRARY = re.compile(r"python3\.\d+/")
 
 
 def classify(frame: Frame | None) -> str:

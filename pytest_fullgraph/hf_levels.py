@@ -80,9 +80,10 @@ class HfExporterLevel(_RequiresPackages):
         recorded = generate_steps(model, _prompts(inputs), config)
         export = copy.deepcopy(config)
         export.max_cache_len = _cache_length(recorded.initial_cache)  # the programs take the loop's cache
-        exported = AutoHfExporter.from_config(self.export_config()).export_for_generation(
-            model, _prompts(inputs), self.export_config(), generation_config=export)
-        runners = exported.runners
+        with self.runtime_log():  # loading a method can fail too ("error: 0x14", an operator the runtime lacks)
+            exported = AutoHfExporter.from_config(self.export_config()).export_for_generation(
+                model, _prompts(inputs), self.export_config(), generation_config=export)
+            runners = exported.runners
         missing = [name for name in ("prefill", "decode") if name not in runners]
         if missing:  # measured: gemma3's multimodal class; the path does not apply as prefill and decode
             raise UnsupportedGeneration(

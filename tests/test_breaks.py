@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from pytest_fullgraph import build_tiny, run_check
-from pytest_fullgraph.breaks import ORIGINS, Frame, classify
+from pytest_fullgraph.breaks import ORIGINS, Frame, classify, innermost
 from pytest_fullgraph.compile_events import capture_compile_events
 
 EOS_TOKEN_ID = 2
@@ -151,3 +151,14 @@ def test_library_paths_are_shown_relative_to_their_package_or_the_standard_libra
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
     assert display_path(copy.__file__) == f"{version}/copy.py"
     assert display_path(transformers.__file__) == "transformers/__init__.py"
+
+
+def test_a_break_in_the_standard_library_is_placed_at_its_caller() -> None:
+    """inkling2_loop's forward deep-copies cache layers (``copy.deepcopy`` of a tensor, GB4198): the site is the
+    model's line that called ``copy``, not ``copy.py``, and the origin is the model's."""
+    model = Frame("transformers/models/inkling2_loop/modeling_inkling2_loop.py", 1357, "forward",
+                  "cache.layers += [copy.deepcopy(layer) for layer in loop_cache_layers]")
+    stack = [model, Frame("python3.11/copy.py", 172, "deepcopy", "y = _reconstruct(x, memo, *rv)"),
+             Frame("python3.11/copy.py", 153, "deepcopy", "y = copier(memo)")]
+    assert innermost(stack) == model and classify(innermost(stack)) == "model"
+    assert innermost(stack[1:]) == stack[-1]  # nothing else to blame: the standard library's frame it is
