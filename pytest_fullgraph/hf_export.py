@@ -207,7 +207,7 @@ def spec_differences(exported: TreeSpec, given: TreeSpec) -> list[str]:
     """What differs between two pytree specs, as "StaticSlidingWindowLayer.cumulative_length_int 8 at export, 9
     now" (each difference once, however many layers share it)."""
     found: list[str] = []
-    if exported.type is not given.type:
+    if _type_name(exported.type) != _type_name(given.type):  # by name: reading a spec back may make its own class
         found.append(f"{getattr(given.type, '__name__', given.type)} where "
                      f"{getattr(exported.type, '__name__', exported.type)} was exported")
         return found
@@ -219,6 +219,10 @@ def spec_differences(exported: TreeSpec, given: TreeSpec) -> list[str]:
     else:
         found.append(f"{len(given.children_specs)} children where {len(exported.children_specs)} were exported")
     return list(dict.fromkeys(found))
+
+
+def _type_name(kind: Any) -> str:
+    return f"{getattr(kind, '__module__', '')}.{getattr(kind, '__qualname__', kind)}"
 
 
 def _context_differences(exported: Any, given: Any, path: str) -> Iterator[str]:
