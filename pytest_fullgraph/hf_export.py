@@ -175,15 +175,15 @@ class CheckedRunner:
         try:
             return self.runner(**kwargs)
         except Exception as error:
-            exported, given = self.exported_cache, pytree.tree_flatten(cache)[1] if cache is not None else None
-            differences = spec_differences(exported, given) if exported is not None and given is not None else []
+            exported = self.exported_cache
+            differences = (spec_differences(exported, pytree.tree_flatten(cache)[1])
+                           if exported is not None and cache is not None else [])
             if differences:
                 more = f"; and {len(differences) - _SHOWN} more" if len(differences) > _SHOWN else ""
                 add_note(error, f"the {self.name} program's input spec holds the cache's Python values as they were "
                                 f"at export, and the cache the loop passes differs: "
                                 f"{'; '.join(differences[:_SHOWN])}{more}")
             raise
-
 
     @functools.cached_property
     def exported_cache(self) -> TreeSpec | None:

@@ -101,7 +101,6 @@ class HfExporterLevel(_RequiresPackages):
         """Where the back end's runtime writes why it failed, kept with the exception (none but ExecuTorch's)."""
         return contextlib.nullcontext()
 
-
     def mismatch_cause(self, model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig,
                        eager: torch.Tensor) -> str:
         """The back end's program or what torch.export made of the model? transformers' dynamo back end exports
