@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_fullgraph import compile_events, crash_sites, hookspecs, models, options, progress, report
+from pytest_fullgraph import compile_events, crash_sites, hookspecs, models, options, progress, report, termination
 from pytest_fullgraph.builtin_levels import builtin_levels
 from pytest_fullgraph.environment import git_revision
 from pytest_fullgraph.model_cache import BuildFailed, Built, Unavailable
@@ -68,7 +68,8 @@ def pytest_configure(config: pytest.Config) -> None:
         git_revision()  # now, before the checks: the report names the commit that ran
     _collect_the_suite(config, settings)
     config.stash[SESSION_KEY] = session
-    hooks = _ControllerHooks(session, crash_sites.install(config, session.is_worker))
+    sigterm = None if session.is_worker else termination.listen(config)  # a killed run still writes its report
+    hooks = _ControllerHooks(session, crash_sites.install(config, session.is_worker), sigterm)
     config.pluginmanager.register(hooks, f"fullgraph-session-{id(config)}")
     if settings.progress and not session.is_worker:
         checks, earlier = checks_by_parameters(session), options.read_costs_report(chosen)
@@ -162,11 +163,8 @@ def _axes(session: FullgraphSession) -> dict[str, tuple[str, ...]]:
 
 
 def check_of_test_id(nodeid: str, session: FullgraphSession) -> CheckKey | None:
-    """The check (model, scenario, level, dtype) a test id of ``pytest_generate_tests`` names, or None.
-
-    The controller does not collect items under xdist, so a crashed test's check is read back from its id, whose
-    parameters are the axes' values joined by "-"; names may hold "-" too, so the id is matched, not split.
-    """
+    """The check (model, scenario, level, dtype) a test id names, or None: the controller does not collect items
+    under xdist, so a crashed test's check is read back from its id (matched, not split: names may hold "-")."""
     return checks_by_parameters(session).get(parameters_of_test_id(nodeid))
 
 
@@ -209,8 +207,9 @@ class _ControllerHooks:
     Workers attach each result to its test report; only the controller collects them and writes files.
     """
 
-    def __init__(self, session: FullgraphSession, crashes: crash_sites.CrashSites | None) -> None:
-        self.session, self.crashes = session, crashes
+    def __init__(self, session: FullgraphSession, crashes: crash_sites.CrashSites | None,
+                 sigterm: termination.SigtermListener | None) -> None:
+        self.session, self.crashes, self.sigterm = session, crashes, sigterm
         self.collecting = False
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -257,6 +256,7 @@ class _ControllerHooks:
         self.session.run_status = {
             "exitstatus": int(exitstatus),
             "interrupted": int(exitstatus) == pytest.ExitCode.INTERRUPTED or bool(stopped),
+            **(self.sigterm.run_status() if self.sigterm else {}),
         }
         settings = self.session.settings
         if self.session.is_worker:

@@ -297,6 +297,17 @@ def test_interrupted_current_run_fails_the_gate(tmp_path: Path) -> None:
     assert "**Incomplete:** the run was interrupted (exit status 2)" in report.markdown(interrupted)
 
 
+def test_a_merge_keeps_the_signal_that_stopped_a_shard() -> None:
+    stopped = report.Report(dict(ENVIRONMENT), [a_result("llama", "pass")],
+                            run={"exitstatus": 2, "interrupted": True, "signal": "SIGTERM"})
+    finished = report.Report(dict(ENVIRONMENT), [a_result("gemma", "pass")], run={"exitstatus": 0,
+                                                                                 "interrupted": False})
+    merged = report.merge([("a.json", stopped), ("b.json", finished)])
+    assert merged.run == {"exitstatus": 2, "interrupted": True, "signal": "SIGTERM"}
+    assert "the run was interrupted (SIGTERM, exit status 2)" in report.markdown(merged)
+    assert report.merge([("b.json", finished)]).run == {"exitstatus": 0, "interrupted": False}
+
+
 def test_empty_messages_render_and_diff_without_error(tmp_path: Path) -> None:
     silent = CheckResult("llama", "greedy", "generate", "aot_eager", 4, "mismatch", "")
     baseline = save(tmp_path / "base", [a_result("llama", "pass")])

@@ -131,8 +131,8 @@ def _header(report: Report, checks: list[CheckResult]) -> list[str]:
         lines.append(f'<p class="warn">Incomplete: shard(s) {_text(", ".join(env["shards_missing"]))} of this run '
                      "are missing from the merged report.</p>")
     if report.interrupted:
-        lines.append(f'<p class="warn">Incomplete: the run was interrupted (exit status '
-                     f'{_text(report.run.get("exitstatus"))}); checks that had not finished are missing.</p>')
+        lines.append(f'<p class="warn">Incomplete: the run was interrupted ({_text(report.interruption())}); '
+                     "checks that had not finished are missing.</p>")
     lines += [f'<p class="warn">Crashed worker: {_text(crash_line(worker))}</p>' for worker in report.crashed_workers]
     return lines
 

@@ -40,6 +40,7 @@ def merge(reports: Iterable[tuple[str, Report]]) -> Report:
     crashed: list[dict[str, str]] = []
     exit_statuses: list[int] = []
     interrupted = False
+    signals: set[str] = set()
     stored_help: dict[str, Any] = {}
     for source, report in reports:
         if environments:
@@ -49,6 +50,7 @@ def merge(reports: Iterable[tuple[str, Report]]) -> Report:
         crashed.extend(report.crashed_workers)
         stored_help.update(report.stored_help)  # shards of one configuration ran one torch: the same words
         interrupted |= report.interrupted
+        signals.update([report.run["signal"]] if report.run.get("signal") else [])
         if isinstance(report.run.get("exitstatus"), int):
             exit_statuses.append(report.run["exitstatus"])
         for result in report.checks:
@@ -59,7 +61,7 @@ def merge(reports: Iterable[tuple[str, Report]]) -> Report:
     if not environments:
         raise ReportError("no reports to merge")
     run = {"exitstatus": next((status for status in exit_statuses if status != 0), 0 if exit_statuses else None),
-           "interrupted": interrupted}
+           "interrupted": interrupted, **({"signal": ",".join(sorted(signals))} if signals else {})}
     return Report(_merged_environment(environments, sources), [r for _, r in by_key.values()], crashed, run,
                   stored_help)
 

@@ -88,7 +88,7 @@ def _header(report: Report, checks: list[CheckResult]) -> list[str]:
         lines += [f"**Incomplete:** shard(s) {', '.join(env['shards_missing'])} of this run are missing from the "
                   "merged report.", ""]
     if report.interrupted:
-        lines += [f"**Incomplete:** the run was interrupted (exit status {report.run.get('exitstatus')}); checks "
+        lines += [f"**Incomplete:** the run was interrupted ({report.interruption()}); checks "
                   "that had not finished are missing from this report.", ""]
     if report.crashed_workers:
         lines += ["**Crashed workers:** " + "; ".join(crash_line(w) for w in report.crashed_workers), ""]

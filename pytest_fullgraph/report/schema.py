@@ -30,8 +30,9 @@ class Report:
     checks: list[CheckResult] = field(default_factory=list)
     #: one entry per xdist worker that died: ``node``, ``error`` and, when known, the ``test`` it was running
     crashed_workers: list[dict[str, str]] = field(default_factory=list)
-    #: how the run ended: ``exitstatus`` (pytest's exit code) and ``interrupted`` (Ctrl-C, or a shard
-    #: stopped early); an interrupted report holds only the checks that finished
+    #: how the run ended: ``exitstatus`` (pytest's exit code), ``interrupted`` (Ctrl-C, SIGTERM, or a shard
+    #: stopped early) and, when a signal stopped it, ``signal`` ("SIGTERM"); an interrupted report holds only the
+    #: checks that finished
     run: dict[str, Any] = field(default_factory=lambda: {"exitstatus": None, "interrupted": False})
     #: PyTorch's help by GB id as the run's torch gave it (``break_help`` in the JSON, read back): the run fills it
     #: when it builds the report, so collate, merge and render need no torch and show the help of the release
@@ -41,6 +42,11 @@ class Report:
     @property
     def interrupted(self) -> bool:
         return bool(self.run.get("interrupted"))
+
+    def interruption(self) -> str:
+        """How an interrupted run was stopped, for a report's warning: the signal, when one did, and the exit status."""
+        stopped_by = f"{self.run['signal']}, " if self.run.get("signal") else ""
+        return f"{stopped_by}exit status {self.run.get('exitstatus')}"
 
     def sorted_checks(self) -> list[CheckResult]:
         return sorted(self.checks, key=lambda result: result.key)

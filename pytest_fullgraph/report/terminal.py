@@ -72,5 +72,5 @@ def terminal_lines(report: Report, top_sites: int = 5) -> list[str]:
     for worker in report.crashed_workers:
         lines.append(f"crashed worker {crash_line(worker)}")
     if report.interrupted:
-        lines.append("run interrupted: the report holds only the checks that finished")
+        lines.append(f"run interrupted ({report.interruption()}): the report holds only the checks that finished")
     return lines
