@@ -14,7 +14,8 @@ cannot take is refused before the minute-long lowering starts, in one line, from
 
 When a method fails, the runtime raises only "method->execute() failed with error 0x10"; why (a static tensor it
 was asked to resize, a missing kernel) it writes to the process's stderr. ``runtime_log`` keeps those lines with
-the exception, for our programs and for transformers' exporter's alike.
+the exception, for our programs and for transformers' exporter's alike, at loading (a missing operator) and at
+running.
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ if TYPE_CHECKING:
 
 #: A line of the runtime's C++ log: "[method.cpp:1528] CALL_DELEGATE execute failed at instruction 99: 0x10"
 _LOG_LINE = re.compile(r"^\[(?P<site>[\w.]+:\d+)\]\s*(?P<text>.+?)\s*$")
-#: the runtime's start-up probing of the CPU, logged on every load: never a reason
-_NOT_A_REASON = ("cpuinfo_utils.",)
+#: never a reason: the runtime's start-up probing of the CPU, logged on every load; the kernel registry's lookup of
+#: a missing operator, a line per dtype and dimension of its arguments, that the method's "Missing operator" says
+_NOT_A_REASON = ("cpuinfo_utils.", "operator_registry.")
 #: how many of the log's last lines a note keeps (the reason, and the calls it failed through)
 _KEPT_LINES = 4
 
@@ -87,13 +89,19 @@ def load(path: Path) -> Any:
 @contextmanager
 def runtime_log() -> Iterator[None]:
     """Run the block with the process's stderr captured; an exception leaving it gets the runtime's log lines as a
-    note ("ExecuTorch's runtime logged: ..."). What was written is passed on to stderr either way."""
+    note ("ExecuTorch's runtime logged: ..."). What was written is passed on to stderr either way.
+
+    Both of stderr's doors are taken: descriptor 2, where C++ writes, and ``sys.stderr``, where ExecuTorch's Python
+    bindings send the runtime's log (measured: under pytest's capture, which points ``sys.stderr`` at a file of its
+    own, a method's "Missing operator" lines reached that file and not descriptor 2).
+    """
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as log:
         os.dup2(log.fileno(), 2)
         try:
-            yield
+            with _python_stderr_to_descriptor_2():
+                yield
         except Exception as error:
             reasons = runtime_reasons(_restored(saved, log))
             if reasons:
@@ -101,6 +109,19 @@ def runtime_log() -> Iterator[None]:
             raise
         else:
             _restored(saved, log)
+
+
+@contextmanager
+def _python_stderr_to_descriptor_2() -> Iterator[None]:
+    """``sys.stderr`` writes to descriptor 2 for the block; put back after unless someone replaced it meanwhile."""
+    earlier = sys.stderr
+    with open(2, "w", closefd=False, errors="replace") as ours:
+        sys.stderr = ours
+        try:
+            yield
+        finally:
+            if sys.stderr is ours:
+                sys.stderr = earlier
 
 
 def _restored(saved: int, log: Any) -> str:
@@ -115,7 +136,9 @@ def _restored(saved: int, log: Any) -> str:
 
 
 def runtime_reasons(text: str) -> list[str]:
-    """The runtime's last log lines, as "what it says (file.cpp:line)", start-up noise left out."""
+    """The runtime's last log lines, as "what it says (file.cpp:line)", start-up noise left out, each once (a method
+    loaded for every step logs its missing operator each time), in the order of their last appearance."""
     found = [match for match in map(_LOG_LINE.match, text.splitlines())
              if match and not match["site"].startswith(_NOT_A_REASON)]
-    return [f"{match['text']} ({match['site']})" for match in found[-_KEPT_LINES:]]
+    lines = [f"{match['text']} ({match['site']})" for match in found]
+    return list(dict.fromkeys(reversed(lines)))[:_KEPT_LINES][::-1]

@@ -245,6 +245,29 @@ def test_the_runtimes_log_says_why_a_method_failed_without_its_start_up_noise() 
     assert runtime_reasons("plain text\n") == []
 
 
+#: what loading deepseek_v2's program through transformers' executorch back end logged (executorch 1.5.1), shortened
+DEEPSEEK_V2_LOG = """[operator_registry.cpp:277] kernel 'aten::view_as_complex_copy.out' not found.
+[operator_registry.cpp:278] dtype: 6 | dim order: [
+[operator_registry.cpp:278] 0,
+[operator_registry.cpp:278] ]
+[method.cpp:822] Missing operator: [16] aten::view_as_complex_copy.out
+[operator_registry.cpp:277] kernel 'aten::polar.out' not found.
+[method.cpp:822] Missing operator: [18] aten::polar.out
+[operator_registry.cpp:277] kernel 'aten::view_as_complex_copy.out' not found.
+[method.cpp:822] Missing operator: [16] aten::view_as_complex_copy.out
+[method.cpp:1128] There are 5 instructions don't have corresponding operator registered. See logs for details
+"""
+
+
+def test_a_missing_operator_is_said_once_without_the_registrys_dump() -> None:
+    from pytest_fullgraph.executorch_runtime import runtime_reasons
+
+    assert runtime_reasons(DEEPSEEK_V2_LOG) == [
+        "Missing operator: [18] aten::polar.out (method.cpp:822)",
+        "Missing operator: [16] aten::view_as_complex_copy.out (method.cpp:822)",
+        "There are 5 instructions don't have corresponding operator registered. See logs for details (method.cpp:1128)"]
+
+
 def test_a_failing_calls_stderr_becomes_a_note_and_still_reaches_stderr(capfd: pytest.CaptureFixture[str]) -> None:
     """The runtime writes its reason to file descriptor 2 from C++, not to sys.stderr."""
     from pytest_fullgraph.executorch_runtime import runtime_log
@@ -261,6 +284,21 @@ def test_a_failing_calls_stderr_becomes_a_note_and_still_reaches_stderr(capfd: p
     with runtime_log():
         os.write(2, b"[method.cpp:1] fine\n")
     assert capfd.readouterr().err == GLM4_MOE_LOG + "[method.cpp:1] fine\n"
+
+
+def test_what_the_bindings_write_to_sys_stderr_is_kept_too(capsys: pytest.CaptureFixture[str]) -> None:
+    """ExecuTorch's Python bindings hand the runtime's log to ``sys.stderr``, which pytest's capture (here capsys)
+    points away from descriptor 2; the note has it, and ``sys.stderr`` is put back."""
+    from pytest_fullgraph.executorch_runtime import runtime_log
+    from pytest_fullgraph.results import summary
+
+    before = sys.stderr
+    with pytest.raises(RuntimeError) as failed, runtime_log():
+        print(DEEPSEEK_V2_LOG, file=sys.stderr, end="")
+        raise RuntimeError("Failed to load method forward, error: 0x:14")
+    assert summary(failed.value).startswith("Failed to load method forward, error: 0x:14; ExecuTorch's runtime "
+                                            "logged: Missing operator: [18] aten::polar.out (method.cpp:822); ")
+    assert sys.stderr is before
 
 
 def test_a_runtime_without_its_package_is_named_with_its_extra(toy_project: pytest.Pytester,
