@@ -3,7 +3,8 @@ xdist does not hand back: the controller heard only "Not properly terminated". E
 at a file of its own, and the controller reads the dead worker's file, so a check that killed its process is
 recorded with the fatal error and the innermost frame of the thread that died (measured: ExecuTorch's runtime
 segfaulting in ``executorch/runtime/__init__.py`` ``execute`` on transformers' programs of mixture-of-experts
-models), which the report's "whose fault" reads like any other place."""
+models), which the report's "whose fault" reads like any other place. What ExecuTorch's runtime logged before it
+killed the worker is kept in a second file of the worker's (``executorch_runtime.LOG_FILE``) and said too."""
 
 from __future__ import annotations
 
@@ -16,10 +17,13 @@ from typing import IO, Any
 
 import pytest
 
+from pytest_fullgraph import executorch_runtime
 from pytest_fullgraph.breaks import display_path
 
 #: The ``workerinput`` key that hands each worker the directory for its file.
 WORKER_INPUT_KEY = "fullgraph_crash_dir"
+#: A worker's file of what ExecuTorch's runtime logs while a call runs, beside its faulthandler file.
+RUNTIME_LOG_SUFFIX = ".runtime.log"
 _FATAL = re.compile(r"^Fatal Python error: (.+)$", re.MULTILINE)
 _CURRENT_THREAD = re.compile(r"^Current thread [^\n]*\n((?:  File [^\n]*\n?)+)", re.MULTILINE)
 _FRAME = re.compile(r'  File "(.+)", line (\d+) in (\S+)')
@@ -42,14 +46,22 @@ class CrashSites:
         "" when it left nothing (``os._exit``, no xdist)."""
         if self.directory is None:
             return ""
-        try:
-            return crash_site((self.directory / f"{worker}.txt").read_text(errors="replace"))
-        except OSError:
-            return ""
+        site = crash_site(_read(self.directory / f"{worker}.txt"))
+        reasons = executorch_runtime.runtime_reasons(_read(self.directory / f"{worker}{RUNTIME_LOG_SUFFIX}"))
+        if site and reasons:
+            site += f"; ExecuTorch's runtime logged before: {'; '.join(reasons)}"
+        return site
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
 
 
 def crash_site(dump: str) -> str:
@@ -77,6 +89,8 @@ class WorkerCrashFile:
         self.handle = self.path.open("w")
         faulthandler.enable(file=self.handle, all_threads=True)
         session.config.add_cleanup(self.handle.close)
+        executorch_runtime.LOG_FILE = self.path.with_suffix(RUNTIME_LOG_SUFFIX)
+        session.config.add_cleanup(lambda: setattr(executorch_runtime, "LOG_FILE", None))
 
 
 def install(config: pytest.Config, is_worker: bool) -> CrashSites | None:

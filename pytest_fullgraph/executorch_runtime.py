@@ -27,7 +27,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from pytest_fullgraph.results import add_note
 
@@ -41,6 +41,11 @@ _LOG_LINE = re.compile(r"^\[(?P<site>[\w.]+:\d+)\]\s*(?P<text>.+?)\s*$")
 _NOT_A_REASON = ("cpuinfo_utils.", "operator_registry.")
 #: how many of the log's last lines a note keeps (the reason, and the calls it failed through)
 _KEPT_LINES = 4
+#: Where ``runtime_log`` keeps the log while its block runs, so that a process the runtime kills (a segfault in
+#: ``execute``) leaves it behind for ``crash_sites``; set on xdist workers, emptied when a block ends. None: an
+#: anonymous temporary file.
+LOG_FILE: Path | None = None
+_log_file_held = False
 
 
 def refusal(metadata: dict[str, Any]) -> str | None:
@@ -97,7 +102,7 @@ def runtime_log() -> Iterator[None]:
     """
     sys.stderr.flush()
     saved = os.dup(2)
-    with tempfile.TemporaryFile() as log:
+    with _log_file() as log:
         os.dup2(log.fileno(), 2)
         try:
             with _python_stderr_to_descriptor_2():
@@ -109,6 +114,22 @@ def runtime_log() -> Iterator[None]:
             raise
         else:
             _restored(saved, log)
+
+
+@contextmanager
+def _log_file() -> Iterator[IO[bytes]]:
+    """``LOG_FILE`` emptied, or an anonymous file where there is none or an enclosing block holds it."""
+    global _log_file_held
+    if LOG_FILE is None or _log_file_held:
+        with tempfile.TemporaryFile() as anonymous:
+            yield anonymous
+        return
+    _log_file_held = True
+    try:
+        with LOG_FILE.open("w+b") as named:
+            yield named
+    finally:
+        _log_file_held = False
 
 
 @contextmanager
@@ -130,6 +151,7 @@ def _restored(saved: int, log: Any) -> str:
     os.close(saved)
     log.seek(0)
     written = log.read()
+    log.truncate(0)  # the block ended: what is left in ``LOG_FILE`` is only ever a dead process's
     if written:
         os.write(2, written)
     return str(written.decode(errors="replace"))

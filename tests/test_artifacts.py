@@ -286,6 +286,25 @@ def test_a_failing_calls_stderr_becomes_a_note_and_still_reaches_stderr(capfd: p
     assert capfd.readouterr().err == GLM4_MOE_LOG + "[method.cpp:1] fine\n"
 
 
+def test_a_named_log_file_holds_a_block_while_it_runs_and_is_emptied_after(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """On an xdist worker the log goes to a file ``crash_sites`` reads if the runtime kills the process; a block
+    inside another gets a file of its own, so the outer one's lines are not lost."""
+    from pytest_fullgraph import executorch_runtime
+    from pytest_fullgraph.results import summary
+
+    named = tmp_path / "gw0.runtime.log"
+    monkeypatch.setattr(executorch_runtime, "LOG_FILE", named)
+    with pytest.raises(RuntimeError) as failed, executorch_runtime.runtime_log():
+        os.write(2, b"[method.cpp:1] outer\n")
+        with executorch_runtime.runtime_log():
+            os.write(2, b"[method.cpp:2] inner\n")
+        assert named.read_bytes() == b"[method.cpp:1] outer\n[method.cpp:2] inner\n"  # the inner block's, passed on
+        raise RuntimeError("0x10")
+    assert summary(failed.value) == "0x10; ExecuTorch's runtime logged: outer (method.cpp:1); inner (method.cpp:2)"
+    assert named.read_bytes() == b""
+
+
 def test_what_the_bindings_write_to_sys_stderr_is_kept_too(capsys: pytest.CaptureFixture[str]) -> None:
     """ExecuTorch's Python bindings hand the runtime's log to ``sys.stderr``, which pytest's capture (here capsys)
     points away from descriptor 2; the note has it, and ``sys.stderr`` is put back."""

@@ -105,3 +105,24 @@ def test_the_site_of_a_crash_is_the_fatal_error_and_the_dying_threads_innermost_
     assert site.startswith("Segmentation fault at ") and site.endswith("executorch/runtime/__init__.py:147 in execute")
     assert crash_site("Fatal Python error: Aborted\n\n") == "Aborted"
     assert crash_site("") == ""  # os._exit leaves nothing
+
+
+def test_what_executorchs_runtime_logged_before_killing_a_worker_is_kept(pytester: pytest.Pytester,
+                                                                          tmp_path: Path) -> None:
+    """A segfault inside ``runtime_log`` (as ExecuTorch's ``execute`` dies) loses the block's captured stderr with the
+    process; the worker keeps it in a file of its own, and the crash record says it after the site."""
+    pytester.makepyfile(
+        "import ctypes, os\n"
+        "from pytest_fullgraph.executorch_runtime import runtime_log\n"
+        "def test_crash():\n"
+        "    with runtime_log():\n"
+        "        os.write(2, b'[tensor_impl.cpp:135] Attempted to resize a static tensor.\\n')\n"
+        "        ctypes.string_at(0)\n"
+    )
+    result = pytester.runpytest_subprocess("-n", "1", "-p", "no:cacheprovider", f"--fullgraph-report={tmp_path}",
+                                           "--max-worker-restart=0")
+    [crashed] = read_report(tmp_path)["crashed_workers"]
+    assert re.fullmatch(r"Not properly terminated; Segmentation fault at \S*ctypes/__init__\.py:\d+ in string_at; "
+                        r"ExecuTorch's runtime logged before: Attempted to resize a static tensor\. "
+                        r"\(tensor_impl\.cpp:135\)",
+                        crashed["error"]), result.stdout.str()
