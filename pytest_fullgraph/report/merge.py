@@ -50,7 +50,8 @@ def merge(reports: Iterable[tuple[str, Report]]) -> Report:
         crashed.extend(report.crashed_workers)
         stored_help.update(report.stored_help)  # shards of one configuration ran one torch: the same words
         interrupted |= report.interrupted
-        signals.update([report.run["signal"]] if report.run.get("signal") else [])
+        if report.run.get("signal"):
+            signals.add(report.run["signal"])
         if isinstance(report.run.get("exitstatus"), int):
             exit_statuses.append(report.run["exitstatus"])
         for result in report.checks:
