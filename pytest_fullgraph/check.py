@@ -52,9 +52,10 @@ if TYPE_CHECKING:
 
 #: How PyTorch says an op has no kernel for a dtype on this device: the combination is skipped, not failed.
 _NO_KERNEL = re.compile(r"not implemented for '(BFloat16|Half|Float8\w*)'")
-#: transformers' generate refusing a mode for a kind of model by name: no reference, so no verdict (a skip)
+#: transformers' generate refusing a mode for a kind of model (by name, or the cache it lacks: models that build
+#: their own, use_cache=False): no reference, so no verdict (a skip)
 _GENERATE_REFUSES = re.compile(r"assisted generation is not supported with stateful models|"
-                               r"cannot use beam search with a cache currently")
+                               r"cannot use beam search with a cache currently|Assisted decoding requires a cache")
 
 
 @dataclass

@@ -94,12 +94,25 @@ def cache_taking_parameters(model: PreTrainedModel) -> set[str]:
     where its forward is, and what to add (our loop and the exporters' host loop both pass one)."""
     parameters = forward_parameters(model)
     if "cache" in parameters:
+        _refuse_own_cache_class(model)
         return parameters
     where = defined_at(type(model).forward)
     older = ", only the older `past_key_values`" if "past_key_values" in parameters else ""
     raise UnsupportedGeneration(
         f"{type(model).__name__}.forward{f' ({where})' if where else ''} takes no `cache` argument{older}: the loop "
         "passes its static cache as forward(..., cache=...), as transformers 5's causal LMs take it")
+
+
+def _refuse_own_cache_class(model: PreTrainedModel) -> None:
+    """A forward that takes a ``cache`` of its own class only (minimax's, xlstm's): ``generate`` builds none for
+    it and lets the forward make its own, so a static cache passed in fails inside the model, which without this
+    read as the loop's fault. transformers' ``_supports_default_dynamic_cache`` lists these models."""
+    supports_default = getattr(type(model), "_supports_default_dynamic_cache", None)
+    if callable(supports_default) and not supports_default():
+        raise UnsupportedGeneration(
+            f"{type(model).__name__} keeps a cache of its own class, which its forward builds (transformers' "
+            "_supports_default_dynamic_cache() is False for it, and generate ignores cache_implementation='static' "
+            "for it): the loop, like the exported programs, runs on transformers' static cache")
 
 
 def initial_positions(attention_mask: torch.Tensor) -> torch.Tensor:

@@ -44,6 +44,9 @@ EOS = PickedEos()
 #: Sampling settings that turn every warper off, so a sampling feature's scenario measures that feature alone
 #: (``GenerationConfig``'s own defaults keep top-k 50 on).
 NEUTRAL_SAMPLING: dict[str, Any] = {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0}
+#: The draft modes' context: drafting needs a cache, and some configs turn it off (mpt's: use_cache=False), where
+#: transformers' assisted decoding stops with "Assisted decoding requires a cache".
+DRAFTING_CACHE: dict[str, Any] = {"use_cache": True}
 
 
 @dataclass(frozen=True)
@@ -203,14 +206,15 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("prompt_lookup", "prompt-lookup decoding, prompt_lookup_num_tokens=3, one prompt (assisted "
                  "generation drafting from the sequence's own n-grams: PromptLookupCandidateGenerator)",
                  prompt_lengths=(8,), feature="prompt_lookup", settings={"prompt_lookup_num_tokens": 3},
+                 context=DRAFTING_CACHE,
                  inert="greedy acceptance keeps exactly greedy's tokens: drafting changes how many forwards run"),
         Scenario("assisted", "assisted decoding with a draft model (a one-layer llama of the model's vocabulary "
                  "drafting 3 tokens a step: AssistedCandidateGenerator), greedy, one prompt", prompt_lengths=(8,),
-                 feature="assisted", generate_kwargs={"assistant_model": DRAFT},
+                 feature="assisted", generate_kwargs={"assistant_model": DRAFT}, context=DRAFTING_CACHE,
                  inert="greedy acceptance keeps exactly greedy's tokens: drafting changes how many forwards run"),
         Scenario("assisted_sample", "speculative sampling with the assisted scenario's draft model and neutral "
                  "sampling (each draft token kept with probability p/q, then a draw from the residual)",
-                 prompt_lengths=(8,), feature="assisted_sample", context=NEUTRAL_SAMPLING,
+                 prompt_lengths=(8,), feature="assisted_sample", context={**NEUTRAL_SAMPLING, **DRAFTING_CACHE},
                  generate_kwargs={"assistant_model": DRAFT}),
     )
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 import torch
@@ -25,6 +26,35 @@ def test_unsupported_settings_raise_naming_the_setting(settings: dict[str, objec
     config = GenerationConfig(max_new_tokens=2, pad_token_id=0, **settings)
     with pytest.raises(UnsupportedGeneration, match=f"does not support {named}"):
         fullgraph_generate(model, torch.tensor([[5, 6, 7]]), None, config)
+
+
+def test_a_model_with_a_cache_class_of_its_own_is_refused_naming_it() -> None:
+    """minimax and xlstm take a `cache` of their own class only: a static cache failed inside their forward, and
+    the message blamed the loop, since generate (which builds them none) "worked with a static cache"."""
+    from transformers import LlamaForCausalLM
+
+    class OwnCacheLM(LlamaForCausalLM):
+        @classmethod
+        def _supports_default_dynamic_cache(cls) -> bool:
+            return False
+
+    model = build_tiny("llama")
+    model.__class__ = OwnCacheLM
+    with pytest.raises(UnsupportedGeneration, match=r"OwnCacheLM keeps a cache of its own class, .*"
+                                                    r"_supports_default_dynamic_cache\(\) is False"):
+        fullgraph_generate(model, torch.tensor([[5, 6, 7]]), None, GenerationConfig(max_new_tokens=2, pad_token_id=0))
+
+
+def test_transformers_lists_minimax_and_xlstm_as_keeping_their_own_caches() -> None:
+    """The refusal above rests on transformers' list; the models it names in 5.24 (and their M2/M3 successors,
+    which do not) keep it honest."""
+    import transformers
+
+    def keeps_its_own(name: str) -> bool:
+        return not cast(Any, getattr(transformers, name))._supports_default_dynamic_cache()
+
+    assert keeps_its_own("MiniMaxForCausalLM") and keeps_its_own("xLSTMForCausalLM")
+    assert not keeps_its_own("MiniMaxM2ForCausalLM")
 
 
 def test_eager_loop_equals_generate_with_eos_list_and_min_new_tokens() -> None:
