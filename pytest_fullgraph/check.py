@@ -279,7 +279,8 @@ def _compile_and_compare(run: _Run, eager: torch.Tensor) -> None:
         result.timings["compile_s"] = time.perf_counter() - started
     _record_graphs(result, trace, level)
     result.cudagraph_skips = list(trace.cudagraph_skips)
-    violation = level.graph_rule.judge(trace, level.name, run.model, str(run.reference.get_generation_mode().value))
+    violation = level.graph_rule.judge(trace, level.name, run.model, str(run.reference.get_generation_mode().value),
+                                       run.reference)
     if violation is not None:
         result.outcome, result.message = violation.outcome, violation.message
         return

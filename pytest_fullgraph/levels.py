@@ -44,16 +44,32 @@ class GraphRule:
     #: False: the run makes no dynamo graphs to count (torch.export), so the report records none
     counts_graphs = True
 
-    def judge(self, trace: CompileTrace, level: str, model: Any, mode: str = "") -> RuleViolation | None:
-        """``mode``: the generation mode of the run (``GenerationMode``'s value), which can say why nothing was
-        compiled."""
+    def judge(self, trace: CompileTrace, level: str, model: Any, mode: str = "",
+              config: GenerationConfig | None = None) -> RuleViolation | None:
+        """``mode``: the generation mode of the run (``GenerationMode``'s value), and ``config`` its generation
+        config, which can say why nothing was compiled."""
         if trace.graph_count == 0:
             why = (f"transformers' {mode} {MODE_NEVER_COMPILES}: only greedy search and sampling "
                    "(_sample) and assisted decoding use the compiled forward" if mode in UNCOMPILED_MODES else
-                   f"model type {getattr(model.config, 'model_type', '?')!r} or its cache is not compiled by "
-                   "generate")
+                   why_generate_built_no_cache(model, config))
             return RuleViolation(ERROR, f"nothing was compiled: transformers ran level {level!r} eagerly ({why})")
         return None
+
+
+def why_generate_built_no_cache(model: Any, config: GenerationConfig | None) -> str:
+    """``generate`` compiles the forward only when it runs on a compileable cache it built (5.24's
+    ``_valid_auto_compile_criteria``); which part was missing, where it can tell: the message named only the model
+    type before, and mpt's cause was its config, not its code."""
+    if config is not None and hasattr(model, "_prepare_generation_config"):
+        merged, _ = model._prepare_generation_config(copy.deepcopy(config))
+        if merged.use_cache is False:
+            return ("the generation config, merged with the model's, sets use_cache=False: generate builds no cache "
+                    "and compiles only with one")
+    supports_default = getattr(type(model), "_supports_default_dynamic_cache", None)
+    if callable(supports_default) and not supports_default():
+        return (f"generate builds {type(model).__name__} no cache, since it keeps one of its own class "
+                "(_supports_default_dynamic_cache() is False), and compiles only with one")
+    return f"model type {getattr(model.config, 'model_type', '?')!r} or its cache is not compiled by generate"
 
 
 class OneGraph(GraphRule):
@@ -61,7 +77,8 @@ class OneGraph(GraphRule):
 
     name = "exactly one graph"
 
-    def judge(self, trace: CompileTrace, level: str, model: Any, mode: str = "") -> RuleViolation | None:
+    def judge(self, trace: CompileTrace, level: str, model: Any, mode: str = "",
+              config: GenerationConfig | None = None) -> RuleViolation | None:
         if trace.graph_count != 1:
             return RuleViolation(BREAK, f"expected one graph, got {trace.graph_count} "
                                         f"(recompiles: {'; '.join(trace.recompile_reasons) or 'none'})")
@@ -72,7 +89,8 @@ class GraphsNotCounted(GraphRule):
     name = "graphs not counted"
     counts_graphs = False
 
-    def judge(self, trace: CompileTrace, level: str, model: Any, mode: str = "") -> RuleViolation | None:
+    def judge(self, trace: CompileTrace, level: str, model: Any, mode: str = "",
+              config: GenerationConfig | None = None) -> RuleViolation | None:
         return None
 
 

@@ -197,3 +197,30 @@ def test_the_break_mode_decides_which_levels_record_every_break(mode: str, run_s
     levels = builtin_levels()
     assert settings.records_every_break(levels["generate"]) is generate
     assert {settings.records_every_break(levels[name]) for name in levels if name != "generate"} == {others}
+
+
+def test_nothing_compiled_says_which_cache_generate_did_not_build() -> None:
+    """generate compiles the forward only on a compileable cache it built: mpt's config turns the cache off, and
+    minimax keeps a cache of its own class; "model type 'mpt'" alone sent readers to the model's code."""
+    from transformers import GenerationConfig, LlamaForCausalLM
+
+    from pytest_fullgraph import build_tiny
+    from pytest_fullgraph.levels import why_generate_built_no_cache
+
+    model, config = build_tiny("llama"), GenerationConfig(max_new_tokens=2)
+    assert why_generate_built_no_cache(model, config) == "model type 'llama' or its cache is not compiled by generate"
+    model.generation_config.use_cache = False
+    assert why_generate_built_no_cache(model, config).startswith(
+        "the generation config, merged with the model's, sets use_cache=False")
+    assert why_generate_built_no_cache(model, GenerationConfig(max_new_tokens=2, use_cache=True)) == \
+        "model type 'llama' or its cache is not compiled by generate"  # the defaults: llama's sizes, a cache
+
+    class OwnCacheLM(LlamaForCausalLM):
+        @classmethod
+        def _supports_default_dynamic_cache(cls) -> bool:
+            return False
+
+    model.generation_config.use_cache = True
+    model.__class__ = OwnCacheLM
+    assert why_generate_built_no_cache(model, config).startswith("generate builds OwnCacheLM no cache, since it keeps "
+                                                                 "one of its own class")
