@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_fullgraph.modeling import defined_at
 from pytest_fullgraph.results import BREAK, ERROR, MODE_NEVER_COMPILES
 from pytest_fullgraph.suggest import select_names
 
@@ -51,15 +52,15 @@ class GraphRule:
         if trace.graph_count == 0:
             why = (f"transformers' {mode} {MODE_NEVER_COMPILES}: only greedy search and sampling "
                    "(_sample) and assisted decoding use the compiled forward" if mode in UNCOMPILED_MODES else
-                   why_generate_built_no_cache(model, config))
+                   why_generate_compiled_nothing(model, config))
             return RuleViolation(ERROR, f"nothing was compiled: transformers ran level {level!r} eagerly ({why})")
         return None
 
 
-def why_generate_built_no_cache(model: Any, config: GenerationConfig | None) -> str:
-    """``generate`` compiles the forward only when it runs on a compileable cache it built (5.24's
-    ``_valid_auto_compile_criteria``); which part was missing, where it can tell: the message named only the model
-    type before, and mpt's cause was its config, not its code."""
+def why_generate_compiled_nothing(model: Any, config: GenerationConfig | None) -> str:
+    """``generate`` compiles the forward only on a compileable cache it built (5.24's
+    ``_valid_auto_compile_criteria``) and through ``get_compiled_call``; which part was missing, where it can tell:
+    the message named only the model type before, and mpt's cause was its config, not its code."""
     if config is not None and hasattr(model, "_prepare_generation_config"):
         merged, _ = model._prepare_generation_config(copy.deepcopy(config))
         if merged.use_cache is False:
@@ -69,6 +70,11 @@ def why_generate_built_no_cache(model: Any, config: GenerationConfig | None) -> 
     if callable(supports_default) and not supports_default():
         return (f"generate builds {type(model).__name__} no cache, since it keeps one of its own class "
                 "(_supports_default_dynamic_cache() is False), and compiles only with one")
+    compiled_call = getattr(model, "get_compiled_call", None)
+    if callable(compiled_call) and compiled_call(getattr(config, "compile_config", None)) == model.__call__:
+        where = defined_at(type(model).get_compiled_call)
+        return (f"transformers' get_compiled_call{f' ({where})' if where else ''} hands generate "
+                f"{type(model).__name__}'s forward uncompiled (by model type)")
     return f"model type {getattr(model.config, 'model_type', '?')!r} or its cache is not compiled by generate"
 
 

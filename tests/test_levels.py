@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -199,21 +200,26 @@ def test_the_break_mode_decides_which_levels_record_every_break(mode: str, run_s
     assert {settings.records_every_break(levels[name]) for name in levels if name != "generate"} == {others}
 
 
-def test_nothing_compiled_says_which_cache_generate_did_not_build() -> None:
-    """generate compiles the forward only on a compileable cache it built: mpt's config turns the cache off, and
-    minimax keeps a cache of its own class; "model type 'mpt'" alone sent readers to the model's code."""
+def test_nothing_compiled_says_why_generate_compiled_nothing() -> None:
+    """generate compiles the forward only on a compileable cache it built, through get_compiled_call: mpt's config
+    turns the cache off, minimax keeps a cache of its own class, and get_compiled_call skips llama4 by its type;
+    "model type 'mpt'" alone sent readers to the model's code."""
     from transformers import GenerationConfig, LlamaForCausalLM
 
     from pytest_fullgraph import build_tiny
-    from pytest_fullgraph.levels import why_generate_built_no_cache
+    from pytest_fullgraph.levels import why_generate_compiled_nothing
 
     model, config = build_tiny("llama"), GenerationConfig(max_new_tokens=2)
-    assert why_generate_built_no_cache(model, config) == "model type 'llama' or its cache is not compiled by generate"
+    assert why_generate_compiled_nothing(model, config) == "model type 'llama' or its cache is not compiled by generate"
     model.generation_config.use_cache = False
-    assert why_generate_built_no_cache(model, config).startswith(
+    assert why_generate_compiled_nothing(model, config).startswith(
         "the generation config, merged with the model's, sets use_cache=False")
-    assert why_generate_built_no_cache(model, GenerationConfig(max_new_tokens=2, use_cache=True)) == \
+    assert why_generate_compiled_nothing(model, GenerationConfig(max_new_tokens=2, use_cache=True)) == \
         "model type 'llama' or its cache is not compiled by generate"  # the defaults: llama's sizes, a cache
+
+    assert re.fullmatch(r"transformers' get_compiled_call \(transformers/modeling_utils.py:\d+\) hands generate "
+                        r"Llama4ForCausalLM's forward uncompiled \(by model type\)",
+                        why_generate_compiled_nothing(build_tiny("llama4_text"), config))
 
     class OwnCacheLM(LlamaForCausalLM):
         @classmethod
@@ -222,5 +228,5 @@ def test_nothing_compiled_says_which_cache_generate_did_not_build() -> None:
 
     model.generation_config.use_cache = True
     model.__class__ = OwnCacheLM
-    assert why_generate_built_no_cache(model, config).startswith("generate builds OwnCacheLM no cache, since it keeps "
-                                                                 "one of its own class")
+    assert why_generate_compiled_nothing(model, config).startswith(
+        "generate builds OwnCacheLM no cache, since it keeps one of its own class")
