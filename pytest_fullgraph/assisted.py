@@ -1,5 +1,6 @@
 """Assisted decoding as one graph: ``generate``'s ``_assisted_decoding`` with an ``AssistedCandidateGenerator``
-(a draft model, ``assistant_model``), greedy, with ``generate``'s tokens.
+(a draft model, ``assistant_model``), greedy or sampling (speculative sampling, ``speculative``), with
+``generate``'s tokens.
 
 Each step ``generate`` calls ``assistant_model.generate`` for up to ``num_assistant_tokens`` tokens (its cache
 cropped to all but the last two tokens, which it reads again), stopping early at an EOS or, with
@@ -12,13 +13,14 @@ have drafted are never kept. The ``heuristic_transient`` schedule is a 0-d tenso
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-from pytest_fullgraph import loop_tracing
+from pytest_fullgraph import loop_tracing, speculative
 from pytest_fullgraph.generation import UnsupportedGeneration
-from pytest_fullgraph.lookup import Lookup, check_rollback, chunk_positions, roll_back, start, verify
+from pytest_fullgraph.lookup import Lookup, check_rollback, chunk_positions, greedy_selection, roll_back, start, verify
 from pytest_fullgraph.loop_steps import AssistSettings, DecodePlan, cache_length, last_scores, new_cache
 from pytest_fullgraph.modeling import forward_parameters
 
@@ -72,10 +74,6 @@ def check_assisted(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Te
     if int(input_ids.shape[0]) != 1:
         raise UnsupportedGeneration(f"assisted decoding takes one prompt, as generate's does (got batch "
                                     f"{int(input_ids.shape[0])})")
-    if plan.do_sample:
-        raise UnsupportedGeneration("assisted decoding with do_sample=True: generate's speculative sampling draws "
-                                    "torch.rand_like over the draft's length, a number only known at run time, so "
-                                    "one graph cannot draw generate's random numbers in its order; supported: greedy")
     if len(plan.processors) > 0 or plan.config.min_length:
         names = ", ".join(type(processor).__name__ for processor in plan.processors) or "min_length"
         raise UnsupportedGeneration(f"assisted decoding with logits processors ({names}): the draft model's "
@@ -95,11 +93,21 @@ def _sklearn_installed() -> bool:
     return bool(is_sklearn_available())
 
 
+class Draft(NamedTuple):
+    """A step's draft: the buffer (``settings.draft`` tokens, those past ``length`` arbitrary), how many were
+    drafted, and the draft model's scores for each (``draft x vocab``, float32), which speculative sampling reads."""
+
+    tokens: torch.Tensor
+    length: torch.Tensor
+    scores: torch.Tensor
+
+
 def draft(settings: AssistSettings, state: Assisted, eos: torch.Tensor | None, cache: Any, mask: torch.Tensor,
-          pads: torch.Tensor, max_length: Any, prompt: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``AssistedCandidateGenerator.get_candidates``: the draft model's greedy tokens (``settings.draft`` of them,
-    those past the draft's length arbitrary) and the draft's length. ``prompt`` on the first step, which reads
-    the prompt; later steps read the sequence's last two tokens again, as ``generate``'s cropped cache makes it."""
+          pads: torch.Tensor, max_length: Any, prompt: torch.Tensor | None = None, sample: bool = False) -> Draft:
+    """``AssistedCandidateGenerator.get_candidates``: the draft model's tokens, greedy or (``sample``) drawn as
+    its ``generate`` draws them, one draw per token it drafts (``speculative.sample_draft_token``). ``prompt`` on
+    the first step, which reads the prompt; later steps read the sequence's last two tokens again, as
+    ``generate``'s cropped cache makes it."""
     budget = torch.minimum(state.budget, max_length - state.length - 1).clamp(min=0)
     if prompt is not None:
         chunk, begin = prompt, torch.zeros((), dtype=torch.long, device=prompt.device)
@@ -107,10 +115,11 @@ def draft(settings: AssistSettings, state: Assisted, eos: torch.Tensor | None, c
         begin = state.length - 2
         roll_back(cache, begin)  # the crop: the draft's cache holds the tokens before the last two
         chunk = state.sequence.index_select(1, begin + torch.arange(2, device=begin.device))
-    tokens, stops = [], []
+    tokens, stops, all_scores = [], [], []
+    drafting = (budget > 0) & state.running  # generate calls no draft model when nothing may be drafted
     for _ in range(settings.draft):
         scores = _draft_scores(settings, chunk, begin, cache, mask, pads)
-        token = torch.argmax(scores, dim=-1)
+        token = speculative.sample_draft_token(scores, drafting) if sample else torch.argmax(scores, dim=-1)
         stop = torch.zeros_like(token, dtype=torch.bool)
         if eos is not None:
             stop = stop | torch.isin(token, eos)
@@ -118,11 +127,13 @@ def draft(settings: AssistSettings, state: Assisted, eos: torch.Tensor | None, c
             stop = stop | (torch.softmax(scores, dim=-1).gather(1, token[:, None])[:, 0] < settings.threshold)
         tokens.append(token)
         stops.append(stop)
+        all_scores.append(scores)
+        drafting = drafting & ~stop[0] & (len(tokens) < budget)
         begin = begin + chunk.shape[1]
         chunk = token[:, None]
     stopped = torch.cat(stops)
     drafted = torch.where(stopped.any(), torch.argmax(stopped.long()) + 1, settings.draft)
-    return torch.cat(tokens), torch.minimum(drafted, budget)
+    return Draft(torch.cat(tokens), torch.minimum(drafted, budget), torch.cat(all_scores))
 
 
 def _draft_scores(settings: AssistSettings, chunk: torch.Tensor, begin: torch.Tensor, cache: Any,
@@ -141,9 +152,12 @@ def _step(model: PreTrainedModel, plan: DecodePlan, settings: AssistSettings, st
     """One draft-and-verify step: the draft model drafts, the target verifies and keeps (``lookup.accept``), and
     the schedule moves the budget by whether the whole draft was kept."""
     cache, draft_cache = caches
-    tokens, count = draft(settings, state, plan.eos, draft_cache, mask, pads, max_length, prompt)
+    drafted = draft(settings, state, plan.eos, draft_cache, mask, pads, max_length, prompt, plan.do_sample)
+    tokens, count = drafted.tokens, drafted.length
+    select = partial(speculative.speculative_selection, draft_scores=drafted.scores, running=state.running) \
+        if plan.do_sample else greedy_selection
     kept = verify(model, plan, settings, Lookup(state.sequence, state.length, state.running), tokens, count, cache,
-                  mask, pads, max_length, prompt)
+                  mask, pads, max_length, prompt, select)
     budget = state.budget.clone()  # a while_loop body may not return its input itself
     if settings.heuristic:
         whole = kept.length - state.length - 1 == count

@@ -554,9 +554,13 @@ def _noise_spec(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tenso
     if not plan.do_sample:
         raise UnsupportedGeneration("noise_input=True is for programs that sample (do_sample=True); a greedy program "
                                     "draws nothing")
-    if loop != "unrolled":  # (sampling with a draft is refused by the loop itself: its draws vary in number)
+    if loop != "unrolled":
         raise UnsupportedGeneration("noise_input=True takes the unrolled loop of sampling or beam sampling, not "
                                     f"loop={loop!r}")
+    if plan.drafting is not None:
+        raise UnsupportedGeneration("noise_input=True takes sampling or beam sampling, not speculative sampling: "
+                                    "its draws (per drafted token, then over the draft's length) vary in number "
+                                    "per step, so no fixed noise input holds them")
     with torch.no_grad():
         width = int(model(input_ids=input_ids[:, :1], attention_mask=attention_mask[:, :1]).logits.shape[-1])
     return {"per_step": [width * (plan.beams.num_beams if plan.beams is not None else 1)], "dtype": "torch.float32"}

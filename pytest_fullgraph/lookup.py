@@ -12,6 +12,7 @@ cache's rollback is a reset of its fill counter (the positions past it are rewri
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
@@ -117,14 +118,26 @@ def verified_logits(model: PreTrainedModel, plan: DecodePlan, chunk: torch.Tenso
     return logits[:, -keep:].to(dtype=torch.float32)
 
 
-def accept(settings: DraftSettings, plan: DecodePlan, state: Lookup, tokens: torch.Tensor, count: torch.Tensor,
-            logits: torch.Tensor, cache: Any, max_length: Any) -> Lookup:
-    """Keep the draft up to the model's first disagreement plus the model's next token (greedy), cut at the length
-    limit and after an EOS, as ``_assisted_decoding`` does; roll the cache back to the tokens kept."""
+#: How a step picks the tokens it keeps from the draft (``tokens``, ``count`` of them drafted) and the model's
+#: logits after the last token and each drafted one: the tokens (the kept draft, then the model's own; past them
+#: arbitrary) and how many.
+Selection = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+def greedy_selection(tokens: torch.Tensor, count: torch.Tensor, logits: torch.Tensor) -> tuple[torch.Tensor,
+                                                                                                torch.Tensor]:
+    """The draft up to the model's first disagreement, then the model's next token (greedy)."""
     selected = torch.argmax(logits[0], dim=-1)  # the model's token after each drafted position
+    offsets = torch.arange(tokens.shape[0], device=selected.device)
+    agree = (tokens == selected[:-1]) & (offsets < count)
+    return selected, torch.cumprod(agree.long(), dim=0).sum() + 1
+
+
+def accept(settings: DraftSettings, plan: DecodePlan, state: Lookup, selected: torch.Tensor, valid: torch.Tensor,
+           cache: Any, max_length: Any) -> Lookup:
+    """Keep the ``valid`` tokens a selection picked, cut at the length limit and after an EOS, as
+    ``_assisted_decoding`` does; roll the cache back to the tokens kept."""
     offsets = torch.arange(settings.draft + 1, device=selected.device)
-    agree = (tokens == selected[:-1]) & (offsets[:-1] < count)
-    valid = torch.cumprod(agree.long(), dim=0).sum() + 1
     valid = torch.minimum(valid, max_length - state.length)
     if plan.eos is not None:
         is_eos = torch.isin(selected, plan.eos) & (offsets < valid)
@@ -166,9 +179,9 @@ def _step(model: PreTrainedModel, plan: DecodePlan, settings: LookupSettings, st
 
 def verify(model: PreTrainedModel, plan: DecodePlan, settings: DraftSettings, state: Lookup, tokens: torch.Tensor,
            count: torch.Tensor, cache: Any, mask: torch.Tensor, pads: torch.Tensor, max_length: Any,
-           prompt: torch.Tensor | None = None) -> Lookup:
+           prompt: torch.Tensor | None = None, select: Selection = greedy_selection) -> Lookup:
     """The model's verification of a draft, whoever drafted it: one forward over the last token (the prompt on the
-    first step) and the draft buffer, then ``accept``."""
+    first step) and the draft buffer, ``select`` (greedy, or speculative sampling's), then ``accept``."""
     if prompt is not None:
         chunk = torch.cat([prompt, tokens[None]], dim=1)
         begin = torch.zeros((), dtype=torch.long, device=chunk.device)
@@ -177,7 +190,7 @@ def verify(model: PreTrainedModel, plan: DecodePlan, settings: DraftSettings, st
         begin = state.length - 1
     logits = verified_logits(model, plan, chunk, chunk_positions(begin, chunk, pads), mask, cache,
                              settings.draft + 1)
-    return accept(settings, plan, state, tokens, count, logits, cache, max_length)
+    return accept(settings, plan, state, *select(tokens, count, logits), cache, max_length)
 
 
 def chunk_positions(begin: torch.Tensor, chunk: torch.Tensor, pads: torch.Tensor) -> torch.Tensor:

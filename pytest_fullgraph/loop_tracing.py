@@ -1,7 +1,7 @@
 """What the ``while`` form needs to be traced by every supported dynamo: write-isolated stand-ins for objects a
 step changes (``view``), and side effects of transformers' and ``kernels``' wrappers lifted while the loop is
 traced (``traceable_loop``), with Python's own ``min``/``max`` for non-strict export (``python_min_max``); and
-``run_while``, the one place the ``while`` forms call ``while_loop``.
+``run_while``, the one place the ``while`` forms call ``while_loop`` (``traced``: whether to).
 """
 
 from __future__ import annotations
@@ -49,15 +49,21 @@ def run_while(condition: Callable[..., Any], body: Callable[..., tuple[Any, ...]
     depend on the compiler. In Python the eager run is the loop's own arithmetic; whether its body can be
     captured is then a compile outcome, met where the loop is compiled.
     """
-    import torch
-
-    if torch.compiler.is_compiling() or _tracing():
+    if traced():
         from torch._higher_order_ops import while_loop
 
         return tuple(while_loop(condition, body, carried))
     while bool(condition(*carried)):
         carried = tuple(body(*carried))
     return carried
+
+
+def traced() -> bool:
+    """Whether the loop is being compiled or traced (for export): control flow on data must then be an operator
+    (``while_loop``, ``cond``); run eagerly, Python's own is the loop's plain arithmetic."""
+    import torch
+
+    return torch.compiler.is_compiling() or _tracing()
 
 
 def _tracing() -> bool:

@@ -77,10 +77,11 @@ def loops_steps(draft: PreTrainedModel, config: GenerationConfig, monkeypatch: p
     original = assisted.draft
 
     def recorded(settings: Any, state: assisted.Assisted, *args: Any, **kwargs: Any) -> Any:
-        tokens, count = original(settings, state, *args, **kwargs)
+        drafted = original(settings, state, *args, **kwargs)
         if bool(state.running):
-            steps.append((state.sequence[0, :int(state.length)].tolist(), tokens[:int(count)].tolist()))
-        return tokens, count
+            steps.append((state.sequence[0, :int(state.length)].tolist(),
+                          drafted.tokens[:int(drafted.length)].tolist()))
+        return drafted
 
     with monkeypatch.context() as patch:
         patch.setattr(assisted, "draft", recorded)
@@ -103,6 +104,33 @@ def test_each_step_drafts_and_keeps_what_generate_does(name: str, eos: str | Non
     if not name.startswith("near-"):
         return  # the while form's tokens, where its state carries a budget or a threshold cuts the draft
     # the while form's tokens
+    while_tokens = fullgraph_generate(TARGET, PROMPT, None, config, loop="while", assistant_model=DRAFTS[name]())
+    assert torch.equal(while_tokens, expected)
+
+
+SAMPLING = {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0}
+
+
+@pytest.mark.parametrize(("name", "eos"), [("small", None), ("near", None), ("near", "emitted"),
+                                         ("near-heuristic", None), ("near-confident", "emitted")])
+def test_speculative_sampling_draws_what_generate_draws_step_by_step(name: str, eos: str | None,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """With do_sample, every draft token, acceptance and next token is a draw: the same seed gives generate's
+    drafts from the same prefixes, its tokens, and the generator's state after (as many draws)."""
+    seeded = GenerationConfig(max_new_tokens=10, pad_token_id=0, **SAMPLING)
+    torch.manual_seed(1)
+    free = generate_fn(TARGET)(input_ids=PROMPT, generation_config=seeded, assistant_model=DRAFTS[name]())
+    config = GenerationConfig(max_new_tokens=10, pad_token_id=0, eos_token_id=int(free[0, -4]) if eos else None,
+                              **SAMPLING)
+    results = []
+    for run in (generates_steps, loops_steps):
+        torch.manual_seed(3)
+        results.append((*run(DRAFTS[name](), config, monkeypatch), torch.rand(4)))
+    (expected, generate_steps, generate_after), (tokens, steps, after) = results
+    assert torch.equal(tokens, expected) and steps == generate_steps and torch.equal(after, generate_after)
+    assert any(len(draft) > 0 and prefix + draft != steps[index + 1][0][:len(prefix + draft)]
+               for index, (prefix, draft) in enumerate(steps[:-1])) or name == "small"  # some draft was cut
+    torch.manual_seed(3)
     while_tokens = fullgraph_generate(TARGET, PROMPT, None, config, loop="while", assistant_model=DRAFTS[name]())
     assert torch.equal(while_tokens, expected)
 
@@ -138,15 +166,20 @@ def test_the_drafts_are_partly_kept() -> None:
 
 @pytest.mark.breadth  # compiles and exports both models: the workflow's plugin job runs it on every pull request
 @pytest.mark.parametrize("loop", ["unrolled", "while"])
-def test_compiled_and_exported_loops_give_generates_tokens(loop: str) -> None:
-    config = GenerationConfig(max_new_tokens=8, pad_token_id=0, eos_token_id=None)
+@pytest.mark.parametrize("sample", [False, True])
+def test_compiled_and_exported_loops_give_generates_tokens(loop: str, sample: bool) -> None:
+    """Speculative sampling's draws sit in torch.cond branches: compiled and exported, they draw as generate."""
+    config = GenerationConfig(max_new_tokens=8, pad_token_id=0, eos_token_id=None, **(SAMPLING if sample else {}))
     draft = DRAFTS["near"]()
+    torch.manual_seed(7)
     expected = generate_fn(TARGET)(input_ids=PROMPT, generation_config=config, assistant_model=draft)
     torch._dynamo.reset()
+    torch.manual_seed(7)
     compiled = fullgraph_generate(TARGET, PROMPT, None, config, loop=loop, assistant_model=draft,
                                   compiler=lambda f: torch.compile(f, fullgraph=True, backend="aot_eager"))
     assert torch.equal(compiled, expected)
     exported = export_generate(TARGET, PROMPT, torch.ones_like(PROMPT), config, loop=loop, assistant_model=draft)
+    torch.manual_seed(7)
     assert torch.equal(exported(PROMPT, torch.ones_like(PROMPT)), expected)
     parameters = {name for name, _ in exported.exported_program.named_parameters()}
     assert any(name.startswith("assistant.") for name in parameters)  # the draft's weights are the program's
@@ -154,7 +187,6 @@ def test_compiled_and_exported_loops_give_generates_tokens(loop: str) -> None:
 
 @pytest.mark.parametrize(("ids", "settings", "draft_settings", "named"), [
     ([[5, 6], [7, 8]], {}, {}, "takes one prompt"),
-    ([[5, 6]], {"do_sample": True}, {}, "speculative sampling draws torch.rand_like"),
     ([[5, 6]], {"repetition_penalty": 1.5}, {}, "RepetitionPenaltyLogitsProcessor"),
     ([[5, 6]], {}, {"num_assistant_tokens_schedule": "heuristic"}, "writes the budget back"),
 ])

@@ -80,3 +80,15 @@ def test_what_has_no_such_noise_is_refused(settings: dict[str, Any], loop: str, 
     config = GenerationConfig(max_new_tokens=3, pad_token_id=0, **settings)
     with pytest.raises(UnsupportedGeneration, match=message):
         export_generate(build_tiny("llama"), input_ids, attention_mask, config, loop=loop, noise_input=True)
+
+
+def test_speculative_sampling_has_no_fixed_noise_and_is_refused() -> None:
+    from transformers import GenerationConfig
+
+    from pytest_fullgraph.models.draft import build_draft
+
+    target, prompt = build_tiny("llama"), torch.tensor([[5, 9, 14, 3]])
+    config = GenerationConfig(max_new_tokens=3, pad_token_id=0, do_sample=True, top_k=0)
+    with pytest.raises(UnsupportedGeneration, match=r"not speculative sampling: its draws .* vary in number"):
+        export_generate(target, prompt, torch.ones_like(prompt), config, noise_input=True,
+                        assistant_model=build_draft(target))
