@@ -1,5 +1,5 @@
 """Prompt-lookup decoding as one graph: ``generate``'s assisted loop with ``PromptLookupCandidateGenerator``'s
-candidates, greedy, with ``generate``'s tokens.
+candidates, greedy or sampling (``speculative.sampled_selection``), with ``generate``'s tokens.
 
 ``generate`` drafts up to ``prompt_lookup_num_tokens`` tokens by finding the last n-gram earlier in the sequence
 (``get_candidates``), runs the model once over the last token and the draft, keeps the draft up to the first
@@ -13,11 +13,12 @@ cache's rollback is a reset of its fill counter (the positions past it are rewri
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-from pytest_fullgraph import loop_tracing
+from pytest_fullgraph import loop_tracing, speculative
 from pytest_fullgraph.generation import UnsupportedGeneration
 from pytest_fullgraph.loop_steps import DecodePlan, DraftSettings, LookupSettings, forward_kwargs
 
@@ -61,9 +62,6 @@ def check_lookup(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tens
     if int(input_ids.shape[0]) != 1:
         raise UnsupportedGeneration(f"prompt lookup decoding takes one prompt, as generate's assisted decoding "
                                     f"does (got batch {int(input_ids.shape[0])})")
-    if plan.do_sample:
-        raise UnsupportedGeneration("prompt lookup decoding with do_sample=True draws one token per drafted "
-                                    "position, a number only known at run time; supported: greedy")
     if len(plan.processors) > 0:
         names = ", ".join(type(processor).__name__ for processor in plan.processors)
         raise UnsupportedGeneration(f"prompt lookup decoding with logits processors ({names}): generate filters "
@@ -174,7 +172,8 @@ def _step(model: PreTrainedModel, plan: DecodePlan, settings: LookupSettings, st
     program takes its length as an input); ``prompt`` on the first, which reads the prompt and the draft in one
     forward, as ``generate``'s first step does."""
     tokens, count = draft(settings, state.sequence, state.length, plan.eos, max_length)
-    return verify(model, plan, settings, state, tokens, count, cache, mask, pads, max_length, prompt)
+    select = partial(speculative.sampled_selection, running=state.running) if plan.do_sample else greedy_selection
+    return verify(model, plan, settings, state, tokens, count, cache, mask, pads, max_length, prompt, select)
 
 
 def verify(model: PreTrainedModel, plan: DecodePlan, settings: DraftSettings, state: Lookup, tokens: torch.Tensor,

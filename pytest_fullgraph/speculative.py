@@ -1,13 +1,15 @@
-"""Speculative sampling as one graph: assisted decoding with ``do_sample=True`` drawing ``generate``'s random
-numbers, as many and in the same order.
+"""Sampling with a draft in one graph: assisted decoding and prompt lookup with ``do_sample=True`` drawing
+``generate``'s random numbers, as many and in the same order.
 
-Per step ``generate`` draws one ``torch.multinomial`` for each token the draft model samples (in its own
+Per step, with a draft model, ``generate`` draws one ``torch.multinomial`` per token the draft samples (in its own
 ``generate``, which stops at an EOS, an unsure token or its budget), then ``torch.rand_like`` over the draft's
 length and one ``torch.multinomial`` for the target's next token (``_speculative_sampling``; with no draft, only
-that last draw). Those counts are data here, so every draw whose count varies sits in a ``torch.cond`` that runs
-it only where ``generate`` runs it. A graph draws from torch's generator as eager code does (measured on CPU:
-compiled with ``aot_eager``, exported, and in a ``while_loop`` body, the draws and the generator's state after
-them are eager's), so a seed gives ``generate``'s tokens. Uncompiled, a Python ``if`` takes the branch.
+that last draw). Prompt lookup's draft has no scores: the target's tokens are one draw over the draft's length
+plus one rows (``sampled_selection``). Those counts are data here, so every draw whose count varies sits in a
+``torch.cond`` that runs it only where ``generate`` runs it. A graph draws from torch's generator as eager code
+does (measured on CPU: compiled with ``aot_eager``, exported, and in a ``while_loop`` body, the draws and the
+generator's state after them are eager's), so a seed gives ``generate``'s tokens. Uncompiled, a Python ``if``
+takes the branch.
 """
 
 from __future__ import annotations
@@ -69,3 +71,21 @@ def speculative_selection(tokens: torch.Tensor, count: torch.Tensor, logits: tor
     kept = torch.cat([tokens, drawn])
     selected = torch.where(torch.arange(size + 1, device=tokens.device) < matches, kept, drawn)
     return selected, matches + 1
+
+
+def sampled_selection(tokens: torch.Tensor, count: torch.Tensor, logits: torch.Tensor,
+                      running: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sampling against a draft without scores (prompt lookup's): ``generate`` draws the target's token after the
+    last token and after each drafted one in one ``torch.multinomial`` over ``count + 1`` rows, and keeps the
+    draft up to its first disagreement with them. One branch per row count draws exactly that call."""
+    size = int(tokens.shape[0])
+    probs = torch.softmax(logits[0], dim=-1)
+    drawn = torch.zeros(size + 1, dtype=torch.long, device=tokens.device)
+    for rows in range(1, size + 2):
+        def draw(rows: int = rows) -> torch.Tensor:
+            return torch.nn.functional.pad(torch.multinomial(probs[:rows], num_samples=1)[:, 0], (0, size + 1 - rows))
+
+        drawn = draw_if(running & (count + 1 == rows), draw, drawn)
+    agree = (tokens == drawn[:-1]) & (torch.arange(size, device=tokens.device) < count)
+    return drawn, torch.cumprod(agree.long(), dim=0).sum() + 1
+

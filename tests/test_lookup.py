@@ -41,16 +41,45 @@ def test_the_eager_loop_gives_generates_tokens(ids: list[list[int]], draft: int,
         assert torch.equal(fullgraph_generate(ORACLE, ids_, mask, config, loop=loop), expected)
 
 
+SAMPLING = {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0}
+
+
+@pytest.mark.parametrize("eos", [None, [3]])
+def test_sampling_draws_what_generate_draws(eos: list[int] | None) -> None:
+    """With do_sample, generate draws the model's token after the last one and each drafted one in one multinomial
+    over as many rows: the same seed gives its tokens and leaves the generator where it leaves it, both forms,
+    with drafts kept on some seeds (fewer forwards than tokens)."""
+    config = GenerationConfig(max_new_tokens=12, pad_token_id=0, eos_token_id=eos, prompt_lookup_num_tokens=3,
+                              **SAMPLING)
+    kept = False
+    for seed in range(6):
+        torch.manual_seed(seed)
+        expected, forwards = _forwards(ORACLE, lambda: generate_fn(ORACLE)(input_ids=REPEATING,
+                                                                           generation_config=config))
+        after = torch.rand(3)
+        kept |= forwards < expected.shape[1] - REPEATING.shape[1]
+        for loop in ("unrolled", "while"):
+            torch.manual_seed(seed)
+            assert torch.equal(fullgraph_generate(ORACLE, REPEATING, None, config, loop=loop), expected), seed
+            assert torch.equal(torch.rand(3), after), seed
+    assert kept
+
+
 @pytest.mark.breadth  # inductor compiles: the workflow's plugin job runs them on every pull request
 @pytest.mark.parametrize("loop", ["unrolled", "while"])
-def test_compiled_prompt_lookup_accepts_drafts_and_gives_generates_tokens(loop: str) -> None:
-    config = GenerationConfig(max_new_tokens=12, pad_token_id=0, eos_token_id=None, prompt_lookup_num_tokens=3)
+@pytest.mark.parametrize("sample", [False, True])
+def test_compiled_prompt_lookup_accepts_drafts_and_gives_generates_tokens(loop: str, sample: bool) -> None:
+    config = GenerationConfig(max_new_tokens=12, pad_token_id=0, eos_token_id=None, prompt_lookup_num_tokens=3,
+                              **(SAMPLING if sample else {}))
+    torch.manual_seed(0)
     expected, forwards = _forwards(ORACLE, lambda: generate_fn(ORACLE)(input_ids=REPEATING,
                                                                        generation_config=config))
     assert forwards < 12  # drafts were accepted: fewer forwards than tokens
     torch._dynamo.reset()
-    compiled = fullgraph_generate(ORACLE, REPEATING, None, config, loop=loop,
-                                  compiler=lambda function: torch.compile(function, fullgraph=True, backend="inductor"))
+    torch.manual_seed(0)
+    with torch._inductor.config.patch(fallback_random=True):  # inductor's own generator draws other numbers
+        compiled = fullgraph_generate(ORACLE, REPEATING, None, config, loop=loop,
+                                      compiler=lambda f: torch.compile(f, fullgraph=True, backend="inductor"))
     assert torch.equal(compiled, expected)
 
 
@@ -65,7 +94,6 @@ def test_llama_with_repeated_ngrams_gives_generates_tokens() -> None:
 
 @pytest.mark.parametrize(("ids", "settings", "named"), [
     ([[5, 6], [7, 8]], {}, "takes one prompt"),
-    ([[5, 6]], {"do_sample": True}, "do_sample=True"),
     ([[5, 6]], {"repetition_penalty": 1.5}, "RepetitionPenaltyLogitsProcessor"),
 ])
 def test_what_prompt_lookup_cannot_do_is_refused_by_name(ids: list[list[int]], settings: dict[str, Any],
