@@ -48,15 +48,18 @@ def examples(run_slow: bool) -> int:
 
 @st.composite
 def drafting_cases(draw: st.DrawFn, vocab: int, loops: tuple[str, ...]) -> dict[str, Any]:
-    """A drawn draft-and-verify generation: greedy, one prompt (left-padded or not) of few distinct tokens, so
-    prompt lookup finds n-grams, and prompt lookup or assisted decoding with the suite's draft model."""
+    """A drawn draft-and-verify generation: greedy or sampling (no warper: the draft modes take no processor), one
+    prompt (left-padded or not) of few distinct tokens, so prompt lookup finds n-grams, and prompt lookup or
+    assisted decoding (speculative sampling when it samples) with the suite's draft model."""
     alphabet = draw(st.sampled_from([2, vocab - 1 - tiny.FIRST_PROMPT_ID]))
     tokens = draw(st.lists(st.integers(tiny.FIRST_PROMPT_ID, tiny.FIRST_PROMPT_ID + alphabet), min_size=1,
                            max_size=12))
     pads = draw(st.integers(0, 2))
     eos = draw(st.one_of(st.none(), st.integers(tiny.FIRST_PROMPT_ID, vocab - 1)))
     config: dict[str, Any] = {"max_new_tokens": draw(st.integers(1, 6)), "eos_token_id": eos,
-                              "pad_token_id": tiny.PAD_TOKEN_ID, "do_sample": False}
+                              "pad_token_id": tiny.PAD_TOKEN_ID, "do_sample": draw(st.booleans())}
+    if config["do_sample"]:
+        config.update(temperature=1.0, top_k=0, top_p=1.0)
     assistant = None
     if draw(st.booleans()):
         config.update(prompt_lookup_num_tokens=draw(st.integers(1, 4)),
