@@ -20,7 +20,16 @@ import torch
 
 from pytest_fullgraph import loop_tracing, speculative
 from pytest_fullgraph.generation import UnsupportedGeneration
-from pytest_fullgraph.lookup import Lookup, check_rollback, chunk_positions, greedy_selection, roll_back, start, verify
+from pytest_fullgraph.lookup import (
+    Lookup,
+    check_rollback,
+    chunk_positions,
+    greedy_selection,
+    roll_back,
+    start,
+    verified_logits,
+    verify,
+)
 from pytest_fullgraph.loop_steps import AssistSettings, DecodePlan, cache_length, last_scores, new_cache
 from pytest_fullgraph.modeling import forward_parameters
 
@@ -172,6 +181,19 @@ def _start(settings: AssistSettings, input_ids: torch.Tensor,
     return Assisted(*state, budget), mask, pads
 
 
+def initialize_before_draws(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tensor,
+                            mask: torch.Tensor, pads: torch.Tensor, cache: Any) -> None:
+    """Speculative sampling's draws sit in ``torch.cond``s, and dynamo (torch 2.13) loses an attribute first set
+    after a ``cond`` on an object made before it in the traced frame: the target's cache layers, which set their
+    sizes on their first update, after the first step's draft draws ("'StaticLayer' object has no attribute
+    'batch_size'", strict export). Traced, the target reads the prompt once first, and the cache is rolled back;
+    eager runs skip it."""
+    if plan.do_sample and loop_tracing.traced():
+        verified_logits(model, plan, input_ids, chunk_positions(torch.zeros_like(pads[0, 0]), input_ids, pads), mask,
+                        cache, 1)
+        roll_back(cache, torch.zeros_like(pads[0, 0]))
+
+
 def draft_cache(plan: DecodePlan, input_ids: torch.Tensor, loop: str) -> Any:
     """The draft model's own cache, made inside the loop (so an exported program makes its own), as long as the
     target's: the draft writes up to its buffer past the last kept token too."""
@@ -187,6 +209,7 @@ def assisted_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Ten
     settings = plan.assist
     state, mask, pads = _start(settings, input_ids, attention_mask)
     caches = (cache, draft_cache(plan, input_ids, "unrolled"))
+    initialize_before_draws(model, plan, input_ids, mask, pads, cache)
     state = _step(model, plan, settings, state, caches, mask, pads, settings.max_length, prompt=input_ids)
     for _ in range(plan.max_new_tokens - 1):
         state = _step(model, plan, settings, state, caches, mask, pads, settings.max_length)
@@ -206,6 +229,7 @@ def assisted_while_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: tor
     state, mask, pads = _start(settings, input_ids, attention_mask)
     max_length = settings.max_length if limit is None else input_ids.shape[1] + limit
     drafts = draft_cache(plan, input_ids, "while")
+    initialize_before_draws(model, plan, input_ids, mask, pads, cache)
     state = _step(model, plan, settings, state, (cache, drafts), mask, pads, max_length, prompt=input_ids)
     carried, carried_draft = loop_state.CarriedCache(cache), loop_state.CarriedCache(drafts)
     split = len(carried.slots)

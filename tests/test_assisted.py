@@ -178,7 +178,8 @@ def test_compiled_and_exported_loops_give_generates_tokens(loop: str, sample: bo
     compiled = fullgraph_generate(TARGET, PROMPT, None, config, loop=loop, assistant_model=draft,
                                   compiler=lambda f: torch.compile(f, fullgraph=True, backend="aot_eager"))
     assert torch.equal(compiled, expected)
-    exported = export_generate(TARGET, PROMPT, torch.ones_like(PROMPT), config, loop=loop, assistant_model=draft)
+    exported = export_generate(TARGET, PROMPT, torch.ones_like(PROMPT), config, loop=loop, assistant_model=draft,
+                               strict=True)  # as the export level does: dynamo traces the loop
     torch.manual_seed(7)
     assert torch.equal(exported(PROMPT, torch.ones_like(PROMPT)), expected)
     parameters = {name for name, _ in exported.exported_program.named_parameters()}
