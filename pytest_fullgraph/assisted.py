@@ -189,9 +189,9 @@ def initialize_before_draws(model: PreTrainedModel, plan: DecodePlan, input_ids:
     'batch_size'", strict export). Traced, the target reads the prompt once first, and the cache is rolled back;
     eager runs skip it."""
     if plan.do_sample and loop_tracing.traced():
-        verified_logits(model, plan, input_ids, chunk_positions(torch.zeros_like(pads[0, 0]), input_ids, pads), mask,
-                        cache, 1)
-        roll_back(cache, torch.zeros_like(pads[0, 0]))
+        origin = torch.zeros_like(pads[0, 0])
+        verified_logits(model, plan, input_ids, chunk_positions(origin, input_ids, pads), mask, cache, 1)
+        roll_back(cache, origin)
 
 
 def draft_cache(plan: DecodePlan, input_ids: torch.Tensor, loop: str) -> Any:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_fullgraph.modeling import defined_at
+from pytest_fullgraph.modeling import defined_at, keeps_own_cache_class
 from pytest_fullgraph.results import BREAK, ERROR, MODE_NEVER_COMPILES
 from pytest_fullgraph.suggest import select_names
 
@@ -66,8 +66,7 @@ def why_generate_compiled_nothing(model: Any, config: GenerationConfig | None) -
         if merged.use_cache is False:
             return ("the generation config, merged with the model's, sets use_cache=False: generate builds no cache "
                     "and compiles only with one")
-    supports_default = getattr(type(model), "_supports_default_dynamic_cache", None)
-    if callable(supports_default) and not supports_default():
+    if keeps_own_cache_class(model):
         return (f"generate builds {type(model).__name__} no cache, since it keeps one of its own class "
                 "(_supports_default_dynamic_cache() is False), and compiles only with one")
     compiled_call = getattr(model, "get_compiled_call", None)

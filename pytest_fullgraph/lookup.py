@@ -1,5 +1,5 @@
 """Prompt-lookup decoding as one graph: ``generate``'s assisted loop with ``PromptLookupCandidateGenerator``'s
-candidates, greedy or sampling (``speculative.sampled_selection``), with ``generate``'s tokens.
+candidates, greedy or sampling (``sampled_selection``), with ``generate``'s tokens.
 
 ``generate`` drafts up to ``prompt_lookup_num_tokens`` tokens by finding the last n-gram earlier in the sequence
 (``get_candidates``), runs the model once over the last token and the draft, keeps the draft up to the first
@@ -125,10 +125,28 @@ Selection = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Ten
 def greedy_selection(tokens: torch.Tensor, count: torch.Tensor, logits: torch.Tensor) -> tuple[torch.Tensor,
                                                                                                 torch.Tensor]:
     """The draft up to the model's first disagreement, then the model's next token (greedy)."""
-    selected = torch.argmax(logits[0], dim=-1)  # the model's token after each drafted position
+    return _until_disagreement(tokens, count, torch.argmax(logits[0], dim=-1))
+
+
+def sampled_selection(tokens: torch.Tensor, count: torch.Tensor, logits: torch.Tensor,
+                      running: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sampling against a draft without scores (prompt lookup's): ``generate`` draws the model's token after the
+    last token and after each drafted one in one ``torch.multinomial`` over ``count + 1`` rows (nothing once
+    generation has ended), and keeps the draft up to its first disagreement with them."""
+    size = int(tokens.shape[0])
+    probs = torch.softmax(logits[0], dim=-1)
+    drawn = speculative.draws_of_length(torch.where(running, count + 1, 0), size + 1,
+                                        lambda rows: torch.multinomial(probs[:rows], num_samples=1)[:, 0],
+                                        torch.zeros(size + 1, dtype=torch.long, device=tokens.device))
+    return _until_disagreement(tokens, count, drawn)
+
+
+def _until_disagreement(tokens: torch.Tensor, count: torch.Tensor,
+                        selected: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``selected``, the model's token after the last token and each drafted one, and how many to keep: the draft
+    up to its first token the model did not pick, then the model's own."""
     offsets = torch.arange(tokens.shape[0], device=selected.device)
-    agree = (tokens == selected[:-1]) & (offsets < count)
-    return selected, torch.cumprod(agree.long(), dim=0).sum() + 1
+    return selected, speculative.leading((tokens == selected[:-1]) & (offsets < count)) + 1
 
 
 def accept(settings: DraftSettings, plan: DecodePlan, state: Lookup, selected: torch.Tensor, valid: torch.Tensor,
@@ -172,7 +190,7 @@ def _step(model: PreTrainedModel, plan: DecodePlan, settings: LookupSettings, st
     program takes its length as an input); ``prompt`` on the first, which reads the prompt and the draft in one
     forward, as ``generate``'s first step does."""
     tokens, count = draft(settings, state.sequence, state.length, plan.eos, max_length)
-    select = partial(speculative.sampled_selection, running=state.running) if plan.do_sample else greedy_selection
+    select = partial(sampled_selection, running=state.running) if plan.do_sample else greedy_selection
     return verify(model, plan, settings, state, tokens, count, cache, mask, pads, max_length, prompt, select)
 
 

@@ -103,12 +103,18 @@ def cache_taking_parameters(model: PreTrainedModel) -> set[str]:
         "passes its static cache as forward(..., cache=...), as transformers 5's causal LMs take it")
 
 
+def keeps_own_cache_class(model: Any) -> bool:
+    """Whether the model keeps a cache of its own class, for which ``generate`` builds none (transformers'
+    ``_supports_default_dynamic_cache`` lists these models: minimax, xlstm, rwkv, reformer, xlnet)."""
+    supports_default = getattr(type(model), "_supports_default_dynamic_cache", None)
+    return callable(supports_default) and not supports_default()
+
+
 def _refuse_own_cache_class(model: PreTrainedModel) -> None:
     """A forward that takes a ``cache`` of its own class only (minimax's, xlstm's): ``generate`` builds none for
     it and lets the forward make its own, so a static cache passed in fails inside the model, which without this
-    read as the loop's fault. transformers' ``_supports_default_dynamic_cache`` lists these models."""
-    supports_default = getattr(type(model), "_supports_default_dynamic_cache", None)
-    if callable(supports_default) and not supports_default():
+    read as the loop's fault."""
+    if keeps_own_cache_class(model):
         raise UnsupportedGeneration(
             f"{type(model).__name__} keeps a cache of its own class, which its forward builds (transformers' "
             "_supports_default_dynamic_cache() is False for it, and generate ignores cache_implementation='static' "

@@ -5,7 +5,7 @@ Per step, with a draft model, ``generate`` draws one ``torch.multinomial`` per t
 ``generate``, which stops at an EOS, an unsure token or its budget), then ``torch.rand_like`` over the draft's
 length and one ``torch.multinomial`` for the target's next token (``_speculative_sampling``; with no draft, only
 that last draw). Prompt lookup's draft has no scores: the target's tokens are one draw over the draft's length
-plus one rows (``sampled_selection``). Those counts are data here, so every draw whose count varies sits in a
+plus one rows (``lookup.sampled_selection``). Those counts are data here, so every draw whose count varies sits in a
 ``torch.cond`` that runs it only where ``generate`` runs it. A graph draws from torch's generator as eager code
 does (measured on CPU: compiled with ``aot_eager``, exported, and in a ``while_loop`` body, the draws and the
 generator's state after them are eager's), so a seed gives ``generate``'s tokens. Uncompiled, a Python ``if``
@@ -35,17 +35,29 @@ def sample_draft_token(scores: torch.Tensor, active: torch.Tensor) -> torch.Tens
                    torch.zeros(scores.shape[:1], dtype=torch.long, device=scores.device))
 
 
-def uniform_draws(count: torch.Tensor, size: int, device: torch.device) -> torch.Tensor:
-    """``torch.rand(count)`` in the first ``count`` of ``size`` entries (0 after): one call of the draft's length,
-    as ``rand_like`` makes it, so the generator advances as in ``generate`` on any device."""
-    draws = torch.zeros(size, dtype=torch.float32, device=device)
-    for length in range(1, size + 1):
-        def draw(length: int = length) -> torch.Tensor:
-            values = torch.rand(length, dtype=torch.float32, device=device)
-            return torch.nn.functional.pad(values, (0, size - length))
+def draws_of_length(length: torch.Tensor, most: int, draw: Callable[[int], torch.Tensor],
+                    otherwise: torch.Tensor) -> torch.Tensor:
+    """``draw(length)`` (a 1-d draw of that many values) zero-padded to ``most``, or ``otherwise`` when ``length``
+    is 0: one branch per length, so exactly one call of exactly ``generate``'s size runs, and the generator
+    advances as in ``generate`` on any device."""
+    drawn = otherwise
+    for size in range(1, most + 1):
+        def sized(size: int = size) -> torch.Tensor:
+            return torch.nn.functional.pad(draw(size), (0, most - size))
 
-        draws = draw_if(count == length, draw, draws)
-    return draws
+        drawn = draw_if(length == size, sized, drawn)
+    return drawn
+
+
+def uniform_draws(count: torch.Tensor, size: int, device: torch.device) -> torch.Tensor:
+    """``torch.rand(count)`` in the first ``count`` of ``size`` entries (0 after), as ``rand_like`` draws it."""
+    return draws_of_length(count, size, lambda length: torch.rand(length, dtype=torch.float32, device=device),
+                           torch.zeros(size, dtype=torch.float32, device=device))
+
+
+def leading(accepted: torch.Tensor) -> torch.Tensor:
+    """How many entries of a 1-d bool tensor hold before the first that does not (0-d)."""
+    return torch.cumprod(accepted.long(), dim=0).sum()
 
 
 def speculative_selection(tokens: torch.Tensor, count: torch.Tensor, logits: torch.Tensor, draft_scores: torch.Tensor,
@@ -62,7 +74,7 @@ def speculative_selection(tokens: torch.Tensor, count: torch.Tensor, logits: tor
     ratio = p[:size].gather(1, tokens[:, None])[:, 0] / q.gather(1, tokens[:, None])[:, 0]
     offsets = torch.arange(size, device=tokens.device)
     accepted = (uniform_draws(torch.where(running, count, 0), size, tokens.device) <= ratio) & (offsets < count)
-    matches = torch.cumprod(accepted.long(), dim=0).sum()
+    matches = leading(accepted)
     p_next = p.index_select(0, matches.reshape(1))
     residual = torch.clamp(p_next - q.index_select(0, matches.clamp(max=size - 1).reshape(1)), min=0)
     p_prime = torch.where(matches < count, residual / residual.sum(), p_next)
@@ -71,21 +83,3 @@ def speculative_selection(tokens: torch.Tensor, count: torch.Tensor, logits: tor
     kept = torch.cat([tokens, drawn])
     selected = torch.where(torch.arange(size + 1, device=tokens.device) < matches, kept, drawn)
     return selected, matches + 1
-
-
-def sampled_selection(tokens: torch.Tensor, count: torch.Tensor, logits: torch.Tensor,
-                      running: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sampling against a draft without scores (prompt lookup's): ``generate`` draws the target's token after the
-    last token and after each drafted one in one ``torch.multinomial`` over ``count + 1`` rows, and keeps the
-    draft up to its first disagreement with them. One branch per row count draws exactly that call."""
-    size = int(tokens.shape[0])
-    probs = torch.softmax(logits[0], dim=-1)
-    drawn = torch.zeros(size + 1, dtype=torch.long, device=tokens.device)
-    for rows in range(1, size + 2):
-        def draw(rows: int = rows) -> torch.Tensor:
-            return torch.nn.functional.pad(torch.multinomial(probs[:rows], num_samples=1)[:, 0], (0, size + 1 - rows))
-
-        drawn = draw_if(running & (count + 1 == rows), draw, drawn)
-    agree = (tokens == drawn[:-1]) & (torch.arange(size, device=tokens.device) < count)
-    return drawn, torch.cumprod(agree.long(), dim=0).sum() + 1
-
