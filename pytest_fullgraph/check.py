@@ -220,8 +220,7 @@ def _deterministic(run: _Run, eager: torch.Tensor) -> bool:
     if torch.equal(eager, again):
         return True
     result = run.result
-    result.outcome = NONDETERMINISTIC
-    result.mismatch = first_difference(eager, again, run.prompt_width)
+    result.outcome, result.mismatch = NONDETERMINISTIC, first_difference(eager, again, run.prompt_width)
     result.message = f"eager generation differs from itself: {result.mismatch.describe()}"
     return False
 
@@ -266,12 +265,14 @@ def _compile_and_compare(run: _Run, eager: torch.Tensor) -> None:
 
     result, level, config = run.result, run.level, run.reference
     forget_compiled(run.model)
+    def compiled_run(backend: Any) -> torch.Tensor:
+        return seeded(run.seed, lambda: level.run_compiled(run.model, run.inputs, config, backend))
+
     with compile_events.capture_compile_events() as trace:
-        backend = compile_events.counting_backend(result.backend, trace)
         started = time.perf_counter()
         try:
             with peak_cuda_memory(result):
-                compiled = seeded(run.seed, lambda: level.run_compiled(run.model, run.inputs, config, backend))
+                compiled = compiled_run(compile_events.counting_backend(result.backend, trace))
         except breaks.compile_failure_types() as error:
             result.timings["compile_s"] = time.perf_counter() - started
             _judge_compile_failure(run, error)
@@ -279,8 +280,9 @@ def _compile_and_compare(run: _Run, eager: torch.Tensor) -> None:
         result.timings["compile_s"] = time.perf_counter() - started
     _record_graphs(result, trace, level)
     result.cudagraph_skips = list(trace.cudagraph_skips)
-    violation = level.graph_rule.judge(trace, level.name, run.model, str(run.reference.get_generation_mode().value),
-                                       run.reference)
+    mode = run.reference.get_generation_mode(run.inputs.get("assistant_model")).value  # assisted: by its draft
+    violation = level.graph_rule.judge(trace, level.name, run.model, str(mode), run.reference,
+                                       lambda: compiled_run(result.backend))
     if violation is not None:
         result.outcome, result.message = violation.outcome, violation.message
         return
@@ -344,7 +346,5 @@ def _blame_break_for_crash(result: CheckResult) -> None:
 
 def _record_graphs(result: CheckResult, trace: compile_events.CompileTrace, level: Level) -> None:
     counted = level.graph_rule.counts_graphs
-    result.graph_count = trace.graph_count if counted else None
-    result.graph_ops = trace.graph_ops if counted else []
-    result.recompile_reasons = trace.recompile_reasons
-    result.recompiles = len(trace.recompile_reasons)
+    result.graph_count, result.graph_ops = (trace.graph_count, trace.graph_ops) if counted else (None, [])
+    result.recompile_reasons, result.recompiles = trace.recompile_reasons, len(trace.recompile_reasons)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -230,3 +231,45 @@ def test_nothing_compiled_says_why_generate_compiled_nothing() -> None:
     model.__class__ = OwnCacheLM
     assert why_generate_compiled_nothing(model, config).startswith(
         "generate builds OwnCacheLM no cache, since it keeps one of its own class")
+
+
+def test_nothing_compiled_in_draft_modes_says_which_decision_of_generate() -> None:
+    """Assisted decoding runs the target's first forward uncompiled: a generation that ends in it compiled nothing
+    through nobody's fault (a skip that says so), while a cache whose layers refuse compiling is transformers'
+    choice (an error naming them); both were "model type ... or its cache is not compiled" before."""
+    from pytest_fullgraph import build_tiny
+    from pytest_fullgraph.check import run_check
+    from pytest_fullgraph.results import ERROR, SKIP
+
+    one_token = run_check(build_tiny("llama"), "llama", "prompt_lookup", "forward", "aot_eager", 1)
+    assert one_token.outcome == SKIP, one_token.message
+    assert one_token.message.startswith("not judged, nothing was compiled: transformers ran level 'forward' eagerly "
+                                        "(transformers' assisted decoding runs the target's first forward")
+    assert "filled max_new_tokens=1" in one_token.message
+
+    recording = run_check(build_tiny("lfm3"), "lfm3", "assisted", "forward", "aot_eager", 4)
+    assert recording.outcome == ERROR, recording.message
+    assert re.search(r"the StaticCache generate built has layers that say they are not compileable \("
+                     r"LinearAttentionLayer recording its past, for assisted decoding's crop, at "
+                     r"transformers/cache_utils.py:\d+\)", recording.message), recording.message
+
+
+def test_watching_generate_leaves_the_model_as_it_was_when_the_rerun_fails() -> None:
+    """The watch shadows ``_valid_auto_compile_criteria`` on the instance and hooks the forward; a rerun that
+    raises still tells what it saw, and the model keeps neither."""
+    from pytest_fullgraph import build_tiny
+    from pytest_fullgraph.levels import watch_auto_compile
+
+    model = build_tiny("llama")
+
+    def rerun() -> None:
+        decide: Any = model._valid_auto_compile_criteria  # the watch's stand-in, as generate would call it
+        decide({"cache": None}, model.generation_config)
+        model(input_ids=model.dummy_inputs["input_ids"][:, :2])
+        raise RuntimeError("the rerun fails after one forward")
+
+    seen = watch_auto_compile(model, rerun)
+    assert (seen.cache, seen.chose_compile, seen.forwards) == ("no cache", False, 1)
+    assert seen.why("assisted_generation", 4) == \
+        "generate built no cache, with which _valid_auto_compile_criteria keeps the forward uncompiled"
+    assert "_valid_auto_compile_criteria" not in vars(model) and not model._forward_pre_hooks
