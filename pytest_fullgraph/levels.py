@@ -108,9 +108,8 @@ class AutoCompileWatch:
             return f"generate built {built}, with which _valid_auto_compile_criteria keeps the forward uncompiled"
         if self.chose_compile and mode == "assisted_generation" and self.forwards <= 1:
             return (f"{PREFILL_ONLY} (the prefill, which verifies the first draft) uncompiled and compiles only the "
-                    "later ones; this generation needed no later one: "
-                    f"the first draft's tokens were accepted and, with the target's next token, filled "
-                    f"max_new_tokens={max_new_tokens}")
+                    "later ones; this generation needed no later one: the first forward's tokens (the draft it "
+                    f"accepted and the target's next token) filled max_new_tokens={max_new_tokens}")
         return None
 
 
