@@ -142,6 +142,17 @@ def innermost(stack: list[Frame]) -> Frame | None:
     return stack[-1] if stack else None
 
 
+def error_site(record: BreakRecord) -> str:
+    """Where an error was raised, with the model code that called into transformers' integrations when the
+    innermost frame is there: sdpa's shape error for dory or blt is the tensors their attention passed it, so
+    ``causes`` blames the caller (``... sdpa_attention.py:182 (called from .../modeling_dory.py:275)``)."""
+    site = record.where()
+    if not record.file.startswith("transformers/integrations/"):
+        return site
+    callers = [frame for frame in record.stack[:-1] if frame.file.startswith("transformers/models/")]
+    return f"{site} (called from {callers[-1].file}:{callers[-1].line})" if callers else site
+
+
 #: How ``display_path`` shows a file of the standard library
 _STANDARD_LIBRARY = re.compile(r"python3\.\d+/")
 

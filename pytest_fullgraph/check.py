@@ -167,7 +167,7 @@ def _judge_exception(run: _Run, error: Exception) -> None:
     alone."""
     result = run.result
     located = breaks.record_from_exception(error)
-    where = f" at {located.where()}" if located.file else ""
+    where = f" at {breaks.error_site(located)}" if located.file else ""
     detail = f"{where}: {type(error).__name__}: {summary(error)}"
     eager = run.stage in (Stage.EAGER, Stage.OWN_LOOP)
     if eager and _NO_KERNEL.search(str(error)):

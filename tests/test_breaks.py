@@ -162,3 +162,23 @@ def test_a_break_in_the_standard_library_is_placed_at_its_caller() -> None:
              Frame("python3.11/copy.py", 153, "deepcopy", "y = copier(memo)")]
     assert innermost(stack) == model and classify(innermost(stack)) == "model"
     assert innermost(stack[1:]) == stack[-1]  # nothing else to blame: the standard library's frame it is
+
+
+def test_an_error_in_transformers_integrations_names_the_model_code_that_called_them() -> None:
+    """sdpa's shape error for dory is the tensors dory's attention passed it: the site keeps the integration's line
+    and adds the model's call, which the report blames; an integration reached without model code stays as it is."""
+    from pytest_fullgraph.breaks import error_site, record_from_exception
+
+    error = RuntimeError("The size of tensor a (25) must match the size of tensor b (22)")
+    record = record_from_exception(error)
+    record.file, record.line = "transformers/integrations/sdpa_attention.py", 182
+    record.stack = [Frame("pytest_fullgraph/generation.py", 60, "generate"),
+                    Frame("transformers/models/dory/modeling_dory.py", 523, "forward"),
+                    Frame("transformers/models/dory/modeling_dory.py", 275, "forward"),
+                    Frame("transformers/integrations/sdpa_attention.py", 182, "sdpa_attention_forward")]
+    assert error_site(record) == ("transformers/integrations/sdpa_attention.py:182 "
+                                  "(called from transformers/models/dory/modeling_dory.py:275)")
+    record.stack = [record.stack[0], record.stack[-1]]
+    assert error_site(record) == "transformers/integrations/sdpa_attention.py:182"
+    record.file, record.line = "transformers/models/dory/modeling_dory.py", 275
+    assert error_site(record) == "transformers/models/dory/modeling_dory.py:275"

@@ -118,6 +118,10 @@ CRASHED = "suites/test_conformance.py::test_generation_compiles_exactly[opt-gree
                              "ValueError: v; model.generate with a static cache works, so the loop is at fault"),
      "loop"),
     (a_check("opt", "error", "nothing was compiled: transformers ran level 'forward' eagerly"), "transformers"),
+    (a_check("opt", "error", "eager generation failed at transformers/integrations/sdpa_attention.py:182 (called "
+                             "from transformers/models/dory/modeling_dory.py:275): RuntimeError: sizes"), "model"),
+    (a_check("opt", "error", "eager generation failed at transformers/integrations/sdpa_attention.py:182: "
+                             "RuntimeError: sizes"), "transformers"),  # as recorded before the caller was kept
     (a_check("opt", "error", "compiled generation failed at torch/_inductor/lowering.py:9: KeyError: k"), "torch"),
     (a_check("opt", "error", "timeout after 60 s, during compiled generation"), "unknown"),
     (a_check("opt", "error", "compiled generation failed at executorch/runtime/__init__.py:147: RuntimeError: "

@@ -42,7 +42,9 @@ _FAULT_OF_MESSAGE = (
     (re.compile(r"(ONNX Runtime|ExecuTorch's runtime) is at fault"), "runtime"),
 )
 #: Where an error of a check's phase was raised, and its type: "... failed at FILE:LINE: TYPE: ..." (``check``).
-_RAISED_AT = re.compile(r" failed at (\S+?:\d+): (?:(\w+(?:\.\w+)*): )?")
+#: Raised in transformers' integrations, the model's code that called them: "... failed at FILE:LINE (called from
+#: MODEL_FILE:LINE): ..." (``breaks.error_site``).
+_RAISED_AT = re.compile(r" failed at (\S+?:\d+)(?: \(called from (\S+?:\d+)\))?: (?:(\w+(?:\.\w+)*): )?")
 #: Where a worker died, when its faulthandler file said: "... crashed while running this check (...): Segmentation
 #: fault at FILE:LINE in f" (``crash_sites``).
 _DIED_AT = re.compile(r"crashed while running this check \([^)]*\): (.+?) at (\S+?:\d+) in \S+$")
@@ -57,7 +59,7 @@ def raised_at(message: str) -> tuple[str, str] | None:
     if found is None:
         died = _DIED_AT.search(message)
         return (died.group(2), died.group(1)) if died else None
-    return (found.group(1), found.group(2) or "")
+    return (found.group(1), found.group(3) or "")
 
 
 def fault_of_origin(origin: str) -> str:
@@ -88,7 +90,8 @@ def fault_of(result: CheckResult) -> str:
         return _FAULT_OF_ORIGIN[origin]
     # "user" is the origin rules' catch-all: a place the path table knows (a runtime's, in reports before the
     # runtime origin) says more
-    place, _ = raised_at(result.message) or ("", "")
+    found = _RAISED_AT.search(result.message)
+    place = (found.group(2) or found.group(1)) if found else (raised_at(result.message) or ("", ""))[0]
     return next((fault for prefix, fault in _FAULT_OF_PATH if place.startswith(prefix)),
                 "user" if origin == "user" else "unknown")
 
