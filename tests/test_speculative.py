@@ -80,3 +80,17 @@ def test_uniform_draws_are_one_call_of_the_drafts_length(count: int) -> None:
     torch.manual_seed(3)
     draws = uniform_draws(torch.tensor(count), 3, torch.device("cpu"))
     assert torch.equal(draws[:count], expected) and not draws[count:].any()
+
+
+def test_the_dynamo_bug_behind_initialize_before_draws_has_a_standalone_reproducer() -> None:
+    """``assisted.initialize_before_draws`` works around a dynamo bug; docs/upstream/dynamo_attribute_after_cond.py
+    is what PyTorch would be handed: with torch alone, in a fresh process, it says BUG (torch 2.13, measured) or
+    FIXED (then the workaround can go), and never fails otherwise."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parent.parent / "docs" / "upstream" / "dynamo_attribute_after_cond.py"
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    verdict = done.stdout.partition(":")[0]
+    assert (done.returncode, verdict) in ((1, "BUG"), (0, "FIXED")), done.stdout + done.stderr
