@@ -280,7 +280,7 @@ def _compile_and_compare(run: _Run, eager: torch.Tensor) -> None:
         result.timings["compile_s"] = time.perf_counter() - started
     _record_graphs(result, trace, level)
     result.cudagraph_skips = list(trace.cudagraph_skips)
-    mode = run.reference.get_generation_mode(run.inputs.get("assistant_model")).value  # assisted: by its draft
+    mode = run.reference.get_generation_mode(run.inputs.get("assistant_model")).value  # a draft: assisted
     violation = level.graph_rule.judge(trace, level.name, run.model, str(mode), run.reference,
                                        lambda: compiled_run(result.backend))
     if violation is not None:
