@@ -109,3 +109,17 @@ def test_sub_configs_of_composite_models_are_shrunk_too() -> None:
     config = tiny_config("gemma3")
     assert (config.text_config.hidden_size, config.text_config.num_hidden_layers) == (32, 2)
     assert (config.vision_config.hidden_size, config.vision_config.num_hidden_layers) == (32, 2)
+
+
+def test_a_model_is_settled_by_one_forward_before_its_checks() -> None:
+    """big_bird switches its attention type on its first forward, so its first generation differed from every
+    later one and the first of its checks to run read "eager generation differs from itself"; the cache runs the
+    forward once after the build, drawing nothing from torch's generator, so no check's verdict depends on order."""
+    from pytest_fullgraph.model_cache import Built, ModelCache
+    from pytest_fullgraph.models import builtin_registry
+
+    assert build_tiny("big_bird").bert.attention_type == "block_sparse"  # as built
+    state = torch.get_rng_state()
+    entry = ModelCache(builtin_registry()).get("big_bird")
+    assert isinstance(entry, Built) and entry.model.bert.attention_type == "original_full"
+    assert torch.equal(state, torch.get_rng_state())
