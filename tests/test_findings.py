@@ -304,3 +304,31 @@ def test_the_command_help_and_its_one_line_errors(tmp_path: Path, monkeypatch: p
                                capture_output=True, text=True, check=False)
     assert (completed.returncode, completed.stdout) == (2, "")
     assert completed.stderr == "pytest_fullgraph: error: nowhere.json.gz: no such report or directory\n"
+
+
+def feature_rows(markdown: str) -> dict[tuple[tuple[str, ...], str], list[str]]:
+    """Rows of every table whose first column is a scenario, keyed by the table's level columns and the row's
+    backticked scenario name, so that a label worded differently still matches its row."""
+    rows: dict[tuple[tuple[str, ...], str], list[str]] = {}
+    levels: tuple[str, ...] = ()
+    for line in markdown.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")] if line.startswith("|") else []
+        if cells[:1] in (["scenario"], ["feature (scenario)"]):
+            levels = tuple(cells[1:])
+        elif not cells:
+            levels = ()
+        elif levels and "`" in cells[0]:
+            rows[levels, cells[0].split("`")[1]] = cells[1:]
+    return rows
+
+
+def test_the_readme_tables_quote_the_findings_page() -> None:
+    """README's modes x levels and exporter tables are copied from FINDINGS.md, which the committed reports give
+    (above): a rerun that changes a count fails here until README says it too."""
+    readme = feature_rows((REPOSITORY / "README.md").read_text().split("## What it finds", 1)[1])
+    page = feature_rows((REPOSITORY / PAGE).read_text())
+    assert {levels for levels, _ in readme} >= {("forward", "generate", "decode", "export", "while"),
+                                                ("hf_dynamo", "hf_onnx", "hf_executorch", "hf_et_helper")}
+    for key, cells in readme.items():
+        assert key in page, f"README's row {key[1]} ({', '.join(key[0])}) is not in {PAGE}"
+        assert cells == page[key], f"README's row {key[1]} ({', '.join(key[0])}) differs from {PAGE}"
