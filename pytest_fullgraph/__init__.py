@@ -5,8 +5,9 @@ Layout, one concern per module (data flows down this list):
 ``scenarios`` (the table of inputs and generation settings), ``inputs`` (a scenario's prompts, config and picked
 tokens for one model), ``modeling`` (what the checks ask of a model), ``levels`` (what a level decides: how it
 compiles, diagnoses and counts graphs) and ``builtin_levels`` (ours), ``check`` (the decision tree), ``compare``
-(exact comparison and its explanation), ``decode`` (our single-graph loop; its ``while`` form's state, processors
-and tracing aids in ``loop_state``, ``loop_processors``, ``loop_tracing``), ``compile_events`` (what a compile
+(exact comparison and its explanation), ``planning`` (``generate``'s arguments as the loop's plan), ``decode``
+(our single-graph loop; its ``while`` form's state, processors and tracing aids in ``loop_state``,
+``loop_processors``, ``loop_tracing``; its exported programs' edges in ``exported``), ``compile_events`` (what a compile
 reports) and ``breaks`` (locating and classifying breaks), ``results`` (the outcome vocabulary and result types),
 ``report`` (schema, merge, gate, renderings), ``session`` / ``plugin`` / ``hookspecs`` (pytest).
 """

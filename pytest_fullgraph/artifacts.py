@@ -222,7 +222,7 @@ def describe_shape(ranges: list[list[int | None]]) -> str:
 
 
 def _checked(program: RawProgram, metadata: dict[str, Any], source: str) -> Callable[..., torch.Tensor]:
-    from pytest_fullgraph.decode import UnsupportedGeneration, run_program
+    from pytest_fullgraph.exported import UnsupportedGeneration, run_program
 
     expected = metadata["inputs"]
     loop = str(metadata.get("loop", "unrolled"))

@@ -204,7 +204,7 @@ def draft_cache(plan: DecodePlan, input_ids: torch.Tensor, loop: str) -> Any:
 def assisted_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                   cache: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """Assisted decoding unrolled: ``max_new_tokens`` steps (each keeps a token at least), those after the last
-    token changing nothing; returns the sequence buffer and the tokens generated (``decode.trimmed`` cuts it)."""
+    token changing nothing; returns the sequence buffer and the tokens generated (``exported.trimmed`` cuts it)."""
     assert plan.assist is not None
     settings = plan.assist
     state, mask, pads = _start(settings, input_ids, attention_mask)

@@ -16,12 +16,19 @@ from typing import Any
 
 from pytest_fullgraph.results import BreakRecord, Frame, first_line
 
+#: This package's modules that are the loop's code, planned on the host or run inside its graph (greedy and
+#: sampling, beams, prompt lookup, the draft model's speculative loop, their state and tracing aids, the exported
+#: program's module, the first positions): a break or crash there is the loop's fault, and their frames are code
+#: under test, not harness.
+LOOP_MODULES = ("decode", "exported", "planning", "beam", "beam_search", "lookup", "assisted", "speculative",
+                "sampling_noise", "loop_steps", "loop_processors", "loop_state", "loop_tracing", "modeling")
+
 #: First matching rule wins. ``path`` is matched against the frame's display path (relative to
 #: site-packages or the repo), ``function`` against its function name, ``source`` against its line.
 ORIGIN_RULES: tuple[tuple[str, str, str, str], ...] = (
     # (origin, path regex, function regex, source regex)
     # Our own generation loop first: a break there is the loop's fault, whatever the statement does.
-    ("loop", r"^pytest_fullgraph/(decode|beam|beam_search|loop_steps|loop_processors|loop_state)\.py$", r"", r""),
+    ("loop", rf"^pytest_fullgraph/({'|'.join(LOOP_MODULES)})\.py$", r"", r""),
     ("sampling", r"", r"", r"multinomial|\bsample\b|softmax\(.*probs|torch\.(rand|bernoulli)"),
     ("sampling", r"^transformers/generation/logits_process\.py$", r"", r""),
     ("eos", r"^transformers/generation/stopping_criteria\.py$", r"", r""),
@@ -102,8 +109,7 @@ def _is_torch_internal(path: str) -> bool:
 HARNESS_PREFIXES = ("_pytest/", "pluggy/", "xdist/", "execnet/", "pytest/", "pytest_fullgraph/", "<")
 #: Modules of this package that are code under test, not harness: the generation loop. Their frames stay in
 #: a break's stack, so a break in the loop is located there (origin ``loop``).
-UNDER_TEST_PREFIXES = tuple(f"pytest_fullgraph/{name}.py" for name in (
-    "decode", "beam", "beam_search", "loop_steps", "loop_processors", "loop_state"))
+UNDER_TEST_PREFIXES = tuple(f"pytest_fullgraph/{name}.py" for name in LOOP_MODULES)
 
 
 def is_harness(frame: Frame) -> bool:

@@ -142,8 +142,8 @@ def _cache_length_verdict(model: PreTrainedModel, inputs: dict[str, Any], config
     import torch
     from transformers.cache_utils import StaticCache
 
-    from pytest_fullgraph.decode import prepare
     from pytest_fullgraph.loop_steps import cache_length
+    from pytest_fullgraph.planning import prepare
 
     ids = inputs["input_ids"]
     try:

@@ -218,7 +218,7 @@ def chunk_positions(begin: torch.Tensor, chunk: torch.Tensor, pads: torch.Tensor
 def lookup_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 cache: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """Prompt lookup unrolled: ``max_new_tokens`` steps (each keeps a token at least), those after the last token
-    changing nothing; returns the sequence buffer and the tokens generated (``decode.trimmed`` cuts it)."""
+    changing nothing; returns the sequence buffer and the tokens generated (``exported.trimmed`` cuts it)."""
     assert plan.lookup is not None
     settings = plan.lookup
     state, mask, pads = start(settings, input_ids, attention_mask)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import traceback
+from pathlib import Path
+
 import pytest
 import torch
 
-from pytest_fullgraph import build_tiny, run_check
-from pytest_fullgraph.breaks import ORIGINS, Frame, classify, innermost
+from pytest_fullgraph import breaks, build_tiny, run_check
+from pytest_fullgraph.breaks import ORIGINS, Frame, classify, frames_from, innermost
 from pytest_fullgraph.compile_events import capture_compile_events
 
 EOS_TOKEN_ID = 2
@@ -55,6 +58,10 @@ def test_planted_breaks_are_located_and_classified(function, argument, origin, g
     (Frame("mypackage/model.py", 1, "forward", "y = x"), "user"),
     (Frame("executorch/runtime/__init__.py", 147, "execute", "return self._method(inputs)"), "runtime"),
     (Frame("pytest_fullgraph/decode.py", 1, "_next_tokens", "t = torch.multinomial(p, 1)"), "loop"),
+    # the draft modes' loops are the loop's too, whatever their statement looks like
+    (Frame("pytest_fullgraph/assisted.py", 1, "body", "accepted = (drafts == tokens).cumprod(-1)"), "loop"),
+    (Frame("pytest_fullgraph/speculative.py", 1, "accept", "u = torch.rand_like(p)"), "loop"),
+    (Frame("pytest_fullgraph/lookup.py", 1, "candidates", "if finished.any():"), "loop"),
 ])
 def test_origin_rules_table(frame: Frame, origin: str) -> None:
     assert classify(frame) == origin and origin in ORIGINS
@@ -182,3 +189,17 @@ def test_an_error_in_transformers_integrations_names_the_model_code_that_called_
     assert error_site(record) == "transformers/integrations/sdpa_attention.py:182"
     record.file, record.line = "transformers/models/dory/modeling_dory.py", 275
     assert error_site(record) == "transformers/models/dory/modeling_dory.py:275"
+
+
+def test_every_loop_form_lives_in_a_module_whose_breaks_are_the_loops() -> None:
+    """A loop added in a new module is blamed on the loop, not on "user", only if ``LOOP_MODULES`` names it."""
+    from pytest_fullgraph import assisted, beam, decode, exported, lookup
+
+    loops = [*decode.LOOPS.values(), *beam.BEAM_LOOPS.values(), *lookup.LOOKUP_LOOPS.values(),
+             *assisted.ASSISTED_LOOPS.values(), exported.DecodeProgram.forward, decode.fullgraph_generate]
+    modules = {loop.__module__.removeprefix("pytest_fullgraph.") for loop in loops}
+    assert modules <= set(breaks.LOOP_MODULES), modules - set(breaks.LOOP_MODULES)
+    package = Path(breaks.__file__).parent
+    assert [name for name in breaks.LOOP_MODULES if not (package / f"{name}.py").is_file()] == []
+    frames = frames_from([traceback.FrameSummary(str(package / f"{name}.py"), 1, "f") for name in breaks.LOOP_MODULES])
+    assert len(frames) == len(breaks.LOOP_MODULES)  # none of them is cut off as harness
