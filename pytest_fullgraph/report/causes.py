@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from pytest_fullgraph.breaks import LOOP_MODULES
 from pytest_fullgraph.results import BREAK, CheckResult
 
 #: Whose fault, as the report names it, in the order the report lists them.
@@ -19,6 +20,7 @@ FAULTS: dict[str, str] = {
     "model": "the model's code (transformers/models)",
     "transformers": "transformers' generation, cache or masking code",
     "loop": "pytest_fullgraph's loop",
+    "plugin": "pytest_fullgraph's checks (a bug of this plugin, not of what it checks)",
     "torch": "PyTorch",
     "runtime": "the deployment runtime (ExecuTorch, ONNX Runtime)",
     "user": "your code",
@@ -48,8 +50,11 @@ _RAISED_AT = re.compile(r" failed at (\S+?:\d+)(?: \(called from (\S+?:\d+)\))?:
 #: Where a worker died, when its faulthandler file said: "... crashed while running this check (...): Segmentation
 #: fault at FILE:LINE in f" (``crash_sites``).
 _DIED_AT = re.compile(r"crashed while running this check \([^)]*\): (.+?) at (\S+?:\d+) in \S+$")
+#: Whose fault an error raised at a path is, first matching prefix wins: in this package, the loop's modules are the
+#: loop's, the rest (the checks' own comparison or explanation crashing) the plugin's.
 _FAULT_OF_PATH = (("transformers/models/", "model"), ("transformers/", "transformers"), ("torch/", "torch"),
-                  ("executorch/", "runtime"), ("onnxruntime/", "runtime"), ("pytest_fullgraph/", "loop"))
+                  ("executorch/", "runtime"), ("onnxruntime/", "runtime"),
+                  *((f"pytest_fullgraph/{name}.py", "loop") for name in LOOP_MODULES), ("pytest_fullgraph/", "plugin"))
 
 
 def raised_at(message: str) -> tuple[str, str] | None:

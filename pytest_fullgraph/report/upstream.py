@@ -34,6 +34,8 @@ UPSTREAM = {
 }
 #: Not upstream's: fixed here or by the user.
 NOT_UPSTREAM = {"loop": "pytest_fullgraph's own loop: an issue in this repository",
+                "plugin": "pytest_fullgraph's own checks (their comparison or explanation crashed): an issue in this "
+                          "repository",
                 "user": "your own code (a conftest model or level)",
                 "unknown": "not told: read the check's message"}
 _EXPECTED = {
