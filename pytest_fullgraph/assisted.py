@@ -13,12 +13,14 @@ have drafted are never kept. The ``heuristic_transient`` schedule is a 0-d tenso
 
 from __future__ import annotations
 
+import copy
 from functools import partial
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import torch
+from transformers import LogitsProcessorList
 
-from pytest_fullgraph import loop_tracing, speculative
+from pytest_fullgraph import loop_processors, loop_tracing, speculative
 from pytest_fullgraph.generation import UnsupportedGeneration
 from pytest_fullgraph.lookup import (
     Lookup,
@@ -52,9 +54,11 @@ class Assisted(NamedTuple):
     budget: torch.Tensor
 
 
-def assist_settings(config: Any, assistant: PreTrainedModel, max_new_tokens: int) -> AssistSettings:
+def assist_settings(config: Any, assistant: PreTrainedModel, max_new_tokens: int, processors: Any = (),
+                    input_ids: torch.Tensor | None = None) -> AssistSettings:
     """The settings ``AssistedCandidateGenerator`` takes from the assistant's generation config (its defaults
-    filled in as ``generate`` fills them); the draft buffer holds the most tokens a step can draft."""
+    filled in as ``generate`` fills them); the draft buffer holds the most tokens a step can draft. ``processors``:
+    the target's, from which the draft's are built (``draft_processors``)."""
     own = assistant.generation_config
     defaults = own._get_default_generation_params()
     budget = int(own.num_assistant_tokens if own.num_assistant_tokens is not None
@@ -74,7 +78,31 @@ def assist_settings(config: Any, assistant: PreTrainedModel, max_new_tokens: int
     return AssistSettings(max(most, 1), int(config.max_length), assistant=assistant, first_budget=budget,
                           heuristic=schedule != "constant", threshold=threshold,
                           accepts_position_ids="position_ids" in parameters,
-                          logits_to_keep="logits_to_keep" in parameters)
+                          logits_to_keep="logits_to_keep" in parameters,
+                          processors=draft_processors(assistant, config, processors, input_ids)
+                          if len(processors) > 0 and input_ids is not None else ())
+
+
+def draft_processors(assistant: PreTrainedModel, config: Any, processors: Any, input_ids: torch.Tensor) -> Any:
+    """The processors the draft model's ``generate`` runs, built by its own ``_get_logits_processor`` as
+    ``AssistedCandidateGenerator`` has it build them: from the target's config without ``min_length``, handed the
+    target's processors. transformers (5.24) merges those before it appends the warpers of the config, so the
+    draft runs the target's warpers and then the same warpers again (a temperature of 0.7 twice: the draft samples
+    at 0.49); the loop runs what ``generate`` runs."""
+    from transformers.utils import logging
+
+    draft_config = copy.deepcopy(config)
+    draft_config.min_length, draft_config.min_new_tokens = None, None
+    verbosity = logging.get_verbosity()
+    logging.set_verbosity_error()  # "a custom logits processor ... will take precedence": what the draft does too
+    try:
+        built = cast(Any, assistant)._get_logits_processor(
+            generation_config=draft_config, input_ids_seq_length=int(input_ids.shape[1]), encoder_input_ids=input_ids,
+            logits_processor=LogitsProcessorList(processors), device=input_ids.device, model_kwargs={})
+    finally:
+        logging.set_verbosity(verbosity)
+    loop_tracing.prepare_views(*built)
+    return built
 
 
 def check_assisted(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tensor, cache: Any, loop: str) -> None:
@@ -83,10 +111,11 @@ def check_assisted(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Te
     if int(input_ids.shape[0]) != 1:
         raise UnsupportedGeneration(f"assisted decoding takes one prompt, as generate's does (got batch "
                                     f"{int(input_ids.shape[0])})")
-    if len(plan.processors) > 0 or plan.config.min_length:
-        names = ", ".join(type(processor).__name__ for processor in plan.processors) or "min_length"
-        raise UnsupportedGeneration(f"assisted decoding with logits processors ({names}): the draft model's "
-                                    "generate runs them too; supported: none")
+    if plan.config.min_length:
+        raise UnsupportedGeneration(f"assisted decoding with min_length={plan.config.min_length} (or min_new_tokens):"
+                                    " generate hands the draft model's generate a min_new_tokens of its own each "
+                                    "step; supported: every other logits processor the loop runs")
+    loop_processors.check_processors([*plan.processors, *plan.assist.processors], "assisted decoding", "")
     if plan.assist.threshold > 0 and _sklearn_installed():
         raise UnsupportedGeneration("assisted decoding with assistant_confidence_threshold="
                                     f"{plan.assist.threshold} where scikit-learn is installed: generate then moves "
@@ -112,11 +141,13 @@ class Draft(NamedTuple):
 
 
 def draft(settings: AssistSettings, state: Assisted, eos: torch.Tensor | None, cache: Any, mask: torch.Tensor,
-          pads: torch.Tensor, max_length: Any, prompt: torch.Tensor | None = None, sample: bool = False) -> Draft:
+          pads: torch.Tensor, max_length: Any, prompt: torch.Tensor | None = None, sample: bool = False,
+          processors: Any = ()) -> Draft:
     """``AssistedCandidateGenerator.get_candidates``: the draft model's tokens, greedy or (``sample``) drawn as
-    its ``generate`` draws them, one draw per token it drafts (``speculative.sample_draft_token``). ``prompt`` on
-    the first step, which reads the prompt; later steps read the sequence's last two tokens again, as
-    ``generate``'s cropped cache makes it."""
+    its ``generate`` draws them, one draw per token it drafts (``speculative.sample_draft_token``), from its
+    scores after the target's ``processors`` (its ``generate`` is handed them, and they replace its own of the
+    same kind), each seeing the sequence and the tokens drafted so far. ``prompt`` on the first step, which reads
+    the prompt; later steps read the sequence's last two tokens again, as ``generate``'s cropped cache makes it."""
     budget = torch.minimum(state.budget, max_length - state.length - 1).clamp(min=0)
     if prompt is not None:
         chunk, begin = prompt, torch.zeros((), dtype=torch.long, device=prompt.device)
@@ -126,14 +157,19 @@ def draft(settings: AssistSettings, state: Assisted, eos: torch.Tensor | None, c
         chunk = state.sequence.index_select(1, begin + torch.arange(2, device=begin.device))
     tokens, stops, all_scores = [], [], []
     drafting = (budget > 0) & state.running  # generate calls no draft model when nothing may be drafted
-    for _ in range(settings.draft):
+    sequence = state.sequence  # as the draft's generate sees it: the tokens drafted so far written after it
+    for index in range(settings.draft):
         scores = _draft_scores(settings, chunk, begin, cache, mask, pads)
+        if len(processors) > 0:
+            scores = loop_processors.process(processors, sequence, state.length + index, scores)
         token = speculative.sample_draft_token(scores, drafting) if sample else torch.argmax(scores, dim=-1)
         stop = torch.zeros_like(token, dtype=torch.bool)
         if eos is not None:
             stop = stop | torch.isin(token, eos)
         if settings.threshold > 0:  # ConfidenceCriteria: the token's probability under the draft model
             stop = stop | (torch.softmax(scores, dim=-1).gather(1, token[:, None])[:, 0] < settings.threshold)
+        if len(processors) > 0:
+            sequence = sequence.index_copy(1, (state.length + index).reshape(1), token[:, None])
         tokens.append(token)
         stops.append(stop)
         all_scores.append(scores)
@@ -161,7 +197,8 @@ def _step(model: PreTrainedModel, plan: DecodePlan, settings: AssistSettings, st
     """One draft-and-verify step: the draft model drafts, the target verifies and keeps (``lookup.accept``), and
     the schedule moves the budget by whether the whole draft was kept."""
     cache, draft_cache = caches
-    drafted = draft(settings, state, plan.eos, draft_cache, mask, pads, max_length, prompt, plan.do_sample)
+    drafted = draft(settings, state, plan.eos, draft_cache, mask, pads, max_length, prompt, plan.do_sample,
+                    settings.processors)
     tokens, count = drafted.tokens, drafted.length
     select = partial(speculative.speculative_selection, draft_scores=drafted.scores, running=state.running) \
         if plan.do_sample else greedy_selection

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-from pytest_fullgraph import loop_tracing, speculative
+from pytest_fullgraph import loop_processors, loop_tracing, speculative
 from pytest_fullgraph.generation import UnsupportedGeneration
 from pytest_fullgraph.loop_steps import DecodePlan, DraftSettings, LookupSettings, forward_kwargs
 
@@ -207,7 +207,21 @@ def verify(model: PreTrainedModel, plan: DecodePlan, settings: DraftSettings, st
         begin = state.length - 1
     logits = verified_logits(model, plan, chunk, chunk_positions(begin, chunk, pads), mask, cache,
                              settings.draft + 1)
+    if len(plan.processors) > 0:
+        logits = processed_logits(plan, state, tokens, logits)
     return accept(settings, plan, state, *select(tokens, count, logits), cache, max_length)
+
+
+def processed_logits(plan: DecodePlan, state: Lookup, tokens: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """The plan's processors on the model's logits after the last token and after each drafted one, each seeing
+    the sequence up to it, as ``_assisted_decoding`` runs them position by position (past the draft's length the
+    sequence holds arbitrary tokens: those positions are never kept)."""
+    size = int(tokens.shape[0])
+    where = torch.arange(state.sequence.shape[1], device=tokens.device)
+    drafted = (where >= state.length) & (where < state.length + size)
+    sequence = torch.where(drafted, tokens[(where - state.length).clamp(0, size - 1)], state.sequence)
+    return torch.stack([loop_processors.process(plan.processors, sequence, state.length + index, logits[:, index])
+                        for index in range(size + 1)], dim=1)
 
 
 def chunk_positions(begin: torch.Tensor, chunk: torch.Tensor, pads: torch.Tensor) -> torch.Tensor:

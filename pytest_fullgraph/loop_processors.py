@@ -121,13 +121,14 @@ def process_unrolled(processors: Any, sequence: torch.Tensor, scores: torch.Tens
     return scores
 
 
-def check_processors(processors: Any) -> None:
-    """Refuse, naming it, a processor the loop cannot trace once for every step."""
+def check_processors(processors: Any, where: str = "loop='while'", instead: str = "; use loop='unrolled'") -> None:
+    """Refuse, naming it, a processor the loop cannot trace once for every step (``where``: the loop that runs
+    ``process``, ``instead``: what the user can do)."""
     for processor in processors:
         name = type(processor).__name__
         if name not in SCORE_ONLY | TOKEN_SET | TAIL_WINDOW | set(LENGTH_RULES) | {NGRAM}:
-            raise UnsupportedGeneration(f"loop='while' does not support {name}: it reads the growing sequence in "
-                                        "a way one traced step cannot repeat; use loop='unrolled'")
+            raise UnsupportedGeneration(f"{where} does not support {name}: it reads the growing sequence in "
+                                        f"a way one traced step cannot repeat{instead}")
 
 
 def process(processors: Any, buffer: torch.Tensor, length: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:

@@ -68,6 +68,8 @@ class AssistSettings(DraftSettings):
     #: whether the draft model's forward takes ``position_ids`` and ``logits_to_keep``
     accepts_position_ids: bool = True
     logits_to_keep: bool = True
+    #: the logits processors the draft model's ``generate`` runs (``assisted.draft_processors``); empty without any
+    processors: Any = ()
 
 
 @dataclass

@@ -133,7 +133,7 @@ def prepare(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: tor
     prompt_lookup = lookup.lookup_settings(config) if config.prompt_lookup_num_tokens is not None else None
     assist = None  # as generate: a prompt lookup wins over a draft model, beams ignore it
     if assistant is not None and prompt_lookup is None and beams is None:
-        assist = assisted.assist_settings(config, assistant, max_new_tokens)
+        assist = assisted.assist_settings(config, assistant, max_new_tokens, processors, input_ids)
     return attention_mask, DecodePlan(config, processors, max_new_tokens, bool(config.do_sample), eos,
                                       config._pad_token_tensor, "position_ids" in parameters,
                                       "logits_to_keep" in parameters,

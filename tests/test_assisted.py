@@ -135,6 +135,67 @@ def test_speculative_sampling_draws_what_generate_draws_step_by_step(name: str, 
     assert torch.equal(while_tokens, expected)
 
 
+#: Logits processors and warpers in the draft modes: the target runs them at every verified position, the draft
+#: model's generate runs its own list built from them.
+GREEDY_PROCESSORS = [{"repetition_penalty": 1.3}, {"no_repeat_ngram_size": 2, "suppress_tokens": [3, 7]}]
+WARPERS = [{"temperature": 0.7, "top_k": 20, "top_p": 0.9},
+           {"temperature": 0.7, "top_p": 0.8, "repetition_penalty": 1.2}]
+
+
+@pytest.mark.parametrize("name", ["near", "near-heuristic"])
+@pytest.mark.parametrize("settings", GREEDY_PROCESSORS + [{"do_sample": True, **warpers} for warpers in WARPERS])
+def test_logits_processors_and_warpers_draft_and_keep_what_generate_does(name: str, settings: dict[str, Any],
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each verified position's logits processed with the sequence up to it, each drafted token from the draft's
+    own processed scores: the same drafts from the same prefixes, tokens and generator state as ``generate``."""
+    config = GenerationConfig(max_new_tokens=10, pad_token_id=0, eos_token_id=None, **settings)
+    results = []
+    for run in (generates_steps, loops_steps):
+        torch.manual_seed(3)
+        results.append((*run(DRAFTS[name](), config, monkeypatch), torch.rand(4)))
+    (expected, generate_steps, generate_after), (tokens, steps, after) = results
+    assert torch.equal(tokens, expected) and steps == generate_steps and torch.equal(after, generate_after)
+    torch.manual_seed(3)
+    while_tokens = fullgraph_generate(TARGET, PROMPT, None, config, loop="while", assistant_model=DRAFTS[name]())
+    assert torch.equal(while_tokens, expected)
+
+
+def test_the_draft_runs_the_processors_its_generate_builds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The draft model's processors are what its ``generate`` runs, kind by kind and setting by setting (in
+    transformers 5.24 the warpers twice: merged with the target's before its own are appended)."""
+    from transformers.generation.utils import GenerationMixin
+
+    from pytest_fullgraph.planning import prepare
+
+    draft = DRAFTS["near"]()
+    config = GenerationConfig(max_new_tokens=4, pad_token_id=0, do_sample=True, repetition_penalty=1.2, **WARPERS[0])
+    built: list[Any] = []
+    original = GenerationMixin._get_logits_processor
+
+    def recorded(self: Any, *args: Any, **kwargs: Any) -> Any:
+        processors = original(self, *args, **kwargs)
+        if self is draft:
+            built.append(processors)
+        return processors
+
+    with monkeypatch.context() as patch:
+        patch.setattr(GenerationMixin, "_get_logits_processor", recorded)
+        generate_fn(TARGET)(input_ids=PROMPT, generation_config=config, assistant_model=draft)
+    _, plan = prepare(TARGET, PROMPT, None, config, assistant=draft)
+    assert plan.assist is not None and built
+
+    def described(processors: Any) -> list[tuple[str, dict[str, Any]]]:
+        # the settings (a processor's first call adds state of its own); the draft's generate also builds a
+        # MinLength processor for its own prompt's length, which never fires
+        settings = ("penalty", "temperature", "top_k", "top_p", "min_tokens_to_keep", "filter_value")
+        return [(type(p).__name__, {k: getattr(p, k) for k in settings if hasattr(p, k)})
+                for p in processors if type(p).__name__ != "MinLengthLogitsProcessor"]
+
+    assert described(plan.assist.processors) == described(built[0])
+    names = [type(p).__name__ for p in plan.assist.processors]
+    assert names.count("RepetitionPenaltyLogitsProcessor") == 1 and "TemperatureLogitsWarper" in names
+
+
 @pytest.mark.parametrize("name", ["cohere2", "gemma3n_text"])
 def test_a_sliding_window_model_rolls_back_past_its_window(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Sliding layers (window 16) kept whole: 17 prompt tokens and 10 new ones run past the window, and every
@@ -166,10 +227,12 @@ def test_the_drafts_are_partly_kept() -> None:
 
 @pytest.mark.breadth  # compiles and exports both models: the workflow's plugin job runs it on every pull request
 @pytest.mark.parametrize("loop", ["unrolled", "while"])
-@pytest.mark.parametrize("sample", [False, True])
-def test_compiled_and_exported_loops_give_generates_tokens(loop: str, sample: bool) -> None:
-    """Speculative sampling's draws sit in torch.cond branches: compiled and exported, they draw as generate."""
-    config = GenerationConfig(max_new_tokens=8, pad_token_id=0, eos_token_id=None, **(SAMPLING if sample else {}))
+@pytest.mark.parametrize("settings", [{}, SAMPLING, {"do_sample": True, **WARPERS[1]}], ids=["greedy", "sample",
+                                                                                          "warped"])
+def test_compiled_and_exported_loops_give_generates_tokens(loop: str, settings: dict[str, Any]) -> None:
+    """Speculative sampling's draws sit in torch.cond branches: compiled and exported, they draw as generate, with
+    the processors and warpers run at every verified position and drafted token."""
+    config = GenerationConfig(max_new_tokens=8, pad_token_id=0, eos_token_id=None, **settings)
     draft = DRAFTS["near"]()
     torch.manual_seed(7)
     expected = generate_fn(TARGET)(input_ids=PROMPT, generation_config=config, assistant_model=draft)
@@ -188,7 +251,7 @@ def test_compiled_and_exported_loops_give_generates_tokens(loop: str, sample: bo
 
 @pytest.mark.parametrize(("ids", "settings", "draft_settings", "named"), [
     ([[5, 6], [7, 8]], {}, {}, "takes one prompt"),
-    ([[5, 6]], {"repetition_penalty": 1.5}, {}, "RepetitionPenaltyLogitsProcessor"),
+    ([[5, 6]], {"min_new_tokens": 2}, {}, "min_length=4 \\(or min_new_tokens\\)"),
     ([[5, 6]], {}, {"num_assistant_tokens_schedule": "heuristic"}, "writes the budget back"),
 ])
 def test_what_assisted_decoding_cannot_do_is_refused_by_name(ids: list[list[int]], settings: dict[str, Any],
