@@ -124,7 +124,7 @@ def new_static_cache(model: PreTrainedModel, max_cache_len: int) -> Any:
 def new_cache(model: PreTrainedModel, plan: DecodePlan, max_cache_len: int, loop: str) -> Any:
     """The cache a loop form runs on: ``generate``'s static cache unrolled; for the ``while_loop`` form, one whose
     state is all in tensors (after checking its processors can be traced once for every step)."""
-    if loop == "while":
+    if loop == "while" and plan.drafting is None:  # the draft modes check theirs for both forms (``check_mode``)
         loop_processors.check_processors(plan.processors)
     if loop == "while" or plan.drafting is not None:
         # a draft mode rolls the cache back by resetting its fill counter, in either form: sliding-window layers
