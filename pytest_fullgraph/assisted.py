@@ -88,7 +88,7 @@ def draft_processors(assistant: PreTrainedModel, config: Any, processors: Any, i
     ``AssistedCandidateGenerator`` has it build them: from the target's config without ``min_length``, handed the
     target's processors. transformers (5.24) merges those before it appends the warpers of the config, so the
     draft runs the target's warpers and then the same warpers again (a temperature of 0.7 twice: the draft samples
-    at 0.49); the loop runs what ``generate`` runs."""
+    at 0.49; docs/upstream/assisted_draft_warpers_twice.py); the loop runs what ``generate`` runs."""
     from transformers.utils import logging
 
     draft_config = copy.deepcopy(config)

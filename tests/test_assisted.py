@@ -304,3 +304,18 @@ def test_a_model_whose_tokens_follow_its_cache_length_is_blamed_not_the_loop() -
     verdict = static_cache_verdict(model, inputs, config, 0, eager)
     assert "static cache of the loop's 17 positions differs from the default (row 0, position 11" in verdict
     assert verdict.endswith("the model's static-cache path, not the loop")
+
+
+def test_the_transformers_quirk_the_draft_follows_has_a_standalone_reproducer() -> None:
+    """``assisted.draft_processors`` runs the draft's warpers twice because transformers does;
+    docs/upstream/assisted_draft_warpers_twice.py is what transformers would be handed: with torch and
+    transformers alone, in a fresh process, it says BUG (transformers 5.24, measured) or FIXED, and never fails
+    otherwise."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parent.parent / "docs" / "upstream" / "assisted_draft_warpers_twice.py"
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    verdict = done.stdout.partition(":")[0]
+    assert (done.returncode, verdict) in ((1, "BUG"), (0, "FIXED")), done.stdout + done.stderr
