@@ -180,7 +180,8 @@ def _compiled_while(model: torch.nn.Module, ids: torch.Tensor, config: Generatio
     return tokens, trace.graph_ops
 
 
-@pytest.mark.parametrize(("do_sample", "batch"), [(False, 2), (True, 2), (False, 1)])
+@pytest.mark.parametrize(("do_sample", "batch"), [(False, 2), (True, 2),
+                                                  pytest.param(False, 1, marks=pytest.mark.breadth)])
 def test_while_loop_form_is_one_graph_of_constant_size_and_exact(do_sample: bool, batch: int) -> None:
     model = build_tiny("llama")
     ids = torch.randint(3, 128, (batch, 6), generator=torch.Generator().manual_seed(3))
