@@ -5,6 +5,9 @@ compiler), tokens compared with ``torch.equal``.
     python bench/modes.py [--scenarios beam beam_sample beam_eos] [--models llama gemma ...] [--jobs 1]
                           [--timeout 120] [--json out.json]
 
+``--models`` and ``--scenarios`` take what ``--fullgraph-models`` and ``--fullgraph-scenarios`` take (names,
+comma lists, globs, tags, ``all``); an entry that selects nothing is one line naming it, before any model runs.
+
 Each model runs in its own process, built once for all the scenarios (a crash or hang costs that model
 only). A row's outcome: ``exact``, ``mismatch`` (the first differing position), ``refused`` (the loop's
 ``UnsupportedGeneration``, naming why), ``generate error`` (transformers' own run of the mode fails: its error
@@ -141,8 +144,14 @@ def main() -> None:
         print(json.dumps(every_scenario(args.one[0], args.one[1].split(","))))
         return
     from pytest_fullgraph.models import builtin_registry
+    from pytest_fullgraph.scenarios import select_scenarios
 
-    models = args.models or sorted(builtin_registry().names())
+    try:
+        models = builtin_registry().select(",".join(args.models)) if args.models else builtin_registry().names()
+        args.scenarios = [name for entry in args.scenarios for name in select_scenarios(entry)]
+    except ValueError as error:
+        parser.exit(2, f"bench/modes.py: error: {error}\n")
+    models = sorted(models)
     print("| model | scenario | outcome | detail |\n|---|---|---|---|", flush=True)
     rows = []
     with ThreadPoolExecutor(args.jobs) as pool:

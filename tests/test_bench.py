@@ -130,3 +130,20 @@ def test_the_release_table_takes_its_models_out_of_a_larger_report(tmp_path: Pat
     extracted = load(tmp_path / "two" / "fullgraph-report.json")
     assert sorted(result.model for result in extracted.checks) == ["gpt2", "llama"]
     assert extracted.environment["extracted_from"].endswith("fullgraph-report.json")
+
+
+@pytest.mark.parametrize(("argv", "named"), [
+    (["--models", "whisper,blendrbot"], "unknown model 'blendrbot' (did you mean blenderbot"),
+    (["--models", "whisper", "--scenarios", "asisted"], "unknown scenario 'asisted' (did you mean assisted"),
+])
+def test_the_modes_survey_refuses_a_bad_selection_in_one_line_before_any_model_runs(
+        argv: list[str], named: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--models`` and ``--scenarios`` take the plugin's selections (comma lists, globs): a comma list was once one
+    unknown name per scenario, each a crash row."""
+    modes = _bench_module("modes")
+    monkeypatch.setattr(sys, "argv", ["modes.py", *argv])
+    monkeypatch.setattr(modes, "survey", lambda *_: pytest.fail("a model ran"))
+    with pytest.raises(SystemExit) as exited:
+        modes.main()
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.count("\n") == 1 and named in err, err
