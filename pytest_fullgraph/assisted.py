@@ -54,8 +54,8 @@ class Assisted(NamedTuple):
     budget: torch.Tensor
 
 
-def assist_settings(config: Any, assistant: PreTrainedModel, max_new_tokens: int, processors: Any = (),
-                    input_ids: torch.Tensor | None = None) -> AssistSettings:
+def assist_settings(config: Any, assistant: PreTrainedModel, max_new_tokens: int, processors: Any,
+                    input_ids: torch.Tensor) -> AssistSettings:
     """The settings ``AssistedCandidateGenerator`` takes from the assistant's generation config (its defaults
     filled in as ``generate`` fills them); the draft buffer holds the most tokens a step can draft. ``processors``:
     the target's, from which the draft's are built (``draft_processors``)."""
@@ -80,7 +80,7 @@ def assist_settings(config: Any, assistant: PreTrainedModel, max_new_tokens: int
                           accepts_position_ids="position_ids" in parameters,
                           logits_to_keep="logits_to_keep" in parameters,
                           processors=draft_processors(assistant, config, processors, input_ids)
-                          if len(processors) > 0 and input_ids is not None else ())
+                          if len(processors) > 0 else ())
 
 
 def draft_processors(assistant: PreTrainedModel, config: Any, processors: Any, input_ids: torch.Tensor) -> Any:
@@ -141,12 +141,11 @@ class Draft(NamedTuple):
 
 
 def draft(settings: AssistSettings, state: Assisted, eos: torch.Tensor | None, cache: Any, mask: torch.Tensor,
-          pads: torch.Tensor, max_length: Any, prompt: torch.Tensor | None = None, sample: bool = False,
-          processors: Any = ()) -> Draft:
+          pads: torch.Tensor, max_length: Any, prompt: torch.Tensor | None = None, sample: bool = False) -> Draft:
     """``AssistedCandidateGenerator.get_candidates``: the draft model's tokens, greedy or (``sample``) drawn as
     its ``generate`` draws them, one draw per token it drafts (``speculative.sample_draft_token``), from its
-    scores after the target's ``processors`` (its ``generate`` is handed them, and they replace its own of the
-    same kind), each seeing the sequence and the tokens drafted so far. ``prompt`` on the first step, which reads
+    scores after its processors (``settings.processors``: built from the target's, ``draft_processors``), each
+    seeing the sequence and the tokens drafted so far. ``prompt`` on the first step, which reads
     the prompt; later steps read the sequence's last two tokens again, as ``generate``'s cropped cache makes it."""
     budget = torch.minimum(state.budget, max_length - state.length - 1).clamp(min=0)
     if prompt is not None:
@@ -157,6 +156,7 @@ def draft(settings: AssistSettings, state: Assisted, eos: torch.Tensor | None, c
         chunk = state.sequence.index_select(1, begin + torch.arange(2, device=begin.device))
     tokens, stops, all_scores = [], [], []
     drafting = (budget > 0) & state.running  # generate calls no draft model when nothing may be drafted
+    processors = settings.processors
     sequence = state.sequence  # as the draft's generate sees it: the tokens drafted so far written after it
     for index in range(settings.draft):
         scores = _draft_scores(settings, chunk, begin, cache, mask, pads)
@@ -197,8 +197,7 @@ def _step(model: PreTrainedModel, plan: DecodePlan, settings: AssistSettings, st
     """One draft-and-verify step: the draft model drafts, the target verifies and keeps (``lookup.accept``), and
     the schedule moves the budget by whether the whole draft was kept."""
     cache, draft_cache = caches
-    drafted = draft(settings, state, plan.eos, draft_cache, mask, pads, max_length, prompt, plan.do_sample,
-                    settings.processors)
+    drafted = draft(settings, state, plan.eos, draft_cache, mask, pads, max_length, prompt, plan.do_sample)
     tokens, count = drafted.tokens, drafted.length
     select = partial(speculative.speculative_selection, draft_scores=drafted.scores, running=state.running) \
         if plan.do_sample else greedy_selection

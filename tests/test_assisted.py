@@ -89,6 +89,22 @@ def loops_steps(draft: PreTrainedModel, config: GenerationConfig, monkeypatch: p
     return tokens, steps
 
 
+def assert_drafts_as_generate(name: str, config: GenerationConfig,
+                              monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[int], list[int]]]:
+    """Seeded alike, the unrolled loop drafts what ``generate`` drafts from the same prefixes, gives its tokens and
+    leaves the generator where it leaves it; the ``while`` form gives its tokens too. Returns the steps."""
+    results = []
+    for run in (generates_steps, loops_steps):
+        torch.manual_seed(3)
+        results.append((*run(DRAFTS[name](), config, monkeypatch), torch.rand(4)))
+    (expected, generate_steps, generate_after), (tokens, steps, after) = results
+    assert torch.equal(tokens, expected) and steps == generate_steps and torch.equal(after, generate_after)
+    torch.manual_seed(3)
+    while_tokens = fullgraph_generate(TARGET, PROMPT, None, config, loop="while", assistant_model=DRAFTS[name]())
+    assert torch.equal(while_tokens, expected)
+    return steps
+
+
 @pytest.mark.parametrize(("name", "eos"), [("small", None), ("self", "emitted"), ("near", None), ("near", "emitted"),
                                          ("near-heuristic", None), ("near-confident", "emitted")])
 def test_each_step_drafts_and_keeps_what_generate_does(name: str, eos: str | None,
@@ -122,17 +138,9 @@ def test_speculative_sampling_draws_what_generate_draws_step_by_step(name: str, 
     free = generate_fn(TARGET)(input_ids=PROMPT, generation_config=seeded, assistant_model=DRAFTS[name]())
     config = GenerationConfig(max_new_tokens=10, pad_token_id=0, eos_token_id=int(free[0, -4]) if eos else None,
                               **SAMPLING)
-    results = []
-    for run in (generates_steps, loops_steps):
-        torch.manual_seed(3)
-        results.append((*run(DRAFTS[name](), config, monkeypatch), torch.rand(4)))
-    (expected, generate_steps, generate_after), (tokens, steps, after) = results
-    assert torch.equal(tokens, expected) and steps == generate_steps and torch.equal(after, generate_after)
+    steps = assert_drafts_as_generate(name, config, monkeypatch)
     assert any(len(draft) > 0 and prefix + draft != steps[index + 1][0][:len(prefix + draft)]
                for index, (prefix, draft) in enumerate(steps[:-1])) or name == "small"  # some draft was cut
-    torch.manual_seed(3)
-    while_tokens = fullgraph_generate(TARGET, PROMPT, None, config, loop="while", assistant_model=DRAFTS[name]())
-    assert torch.equal(while_tokens, expected)
 
 
 #: Logits processors and warpers in the draft modes: the target runs them at every verified position, the draft
@@ -149,15 +157,7 @@ def test_logits_processors_and_warpers_draft_and_keep_what_generate_does(name: s
     """Each verified position's logits processed with the sequence up to it, each drafted token from the draft's
     own processed scores: the same drafts from the same prefixes, tokens and generator state as ``generate``."""
     config = GenerationConfig(max_new_tokens=10, pad_token_id=0, eos_token_id=None, **settings)
-    results = []
-    for run in (generates_steps, loops_steps):
-        torch.manual_seed(3)
-        results.append((*run(DRAFTS[name](), config, monkeypatch), torch.rand(4)))
-    (expected, generate_steps, generate_after), (tokens, steps, after) = results
-    assert torch.equal(tokens, expected) and steps == generate_steps and torch.equal(after, generate_after)
-    torch.manual_seed(3)
-    while_tokens = fullgraph_generate(TARGET, PROMPT, None, config, loop="while", assistant_model=DRAFTS[name]())
-    assert torch.equal(while_tokens, expected)
+    assert_drafts_as_generate(name, config, monkeypatch)
 
 
 def test_the_draft_runs_the_processors_its_generate_builds(monkeypatch: pytest.MonkeyPatch) -> None:
