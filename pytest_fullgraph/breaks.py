@@ -57,6 +57,10 @@ CONSEQUENCE_GB_TYPES = frozenset({
 
 _GB_ID_IN_MESSAGE = re.compile(r"/gb/gb(\d{4})\.html", re.IGNORECASE)
 
+#: dynamo failing in its own code while it traced a frame: PyTorch's fault, whichever frame it was tracing (mpt's
+#: ``PendingUnbackedSymbolNotFound`` is raised while dynamo traces our loop's call of the model)
+COMPILER_INTERNAL_ERRORS = frozenset({"InternalTorchDynamoError"})
+
 
 def compile_failure_types() -> tuple[type[BaseException], ...]:
     """Exceptions that mean torch.compile gave up (a break) or crashed, rather than the model failing."""
@@ -148,6 +152,18 @@ def innermost(stack: list[Frame]) -> Frame | None:
     return stack[-1] if stack else None
 
 
+def crashed_at_break(crash: BreakRecord, cause: BreakRecord) -> bool:
+    """Whether a compiler crash happened at a break's site: in the break's own frame, or in the call made from it.
+    Only then is the crash that break under ``fullgraph=True``; a crash elsewhere is a crash of its own."""
+    if not (crash.file and cause.file):
+        return False
+    if crash.where() == cause.where():
+        return True
+    sites = [frame.where() for frame in crash.stack]
+    innermost_at = max((index for index, site in enumerate(sites) if site == crash.where()), default=0)
+    return innermost_at > 0 and sites[innermost_at - 1] == cause.where()
+
+
 def error_site(record: BreakRecord) -> str:
     """Where an error was raised, with the model code that called into transformers' integrations when the
     innermost frame is there: sdpa's shape error for dory or blt is the tensors their attention passed it, so
@@ -222,11 +238,15 @@ def record_from_exception(error: BaseException, user_stack: Any = None) -> Break
         line=where.line if where else 0,
         function=where.function if where else "",
         source=where.source if where else "",
-        origin=cause.origin if cause else classify(where),
+        origin=cause.origin if cause else _origin_of_failure(error, where),
         root_cause=gb_type not in CONSEQUENCE_GB_TYPES,
         stack=stack,
         cause=cause,
     )
+
+
+def _origin_of_failure(error: BaseException, where: Frame | None) -> str:
+    return "torch" if type(error).__name__ in COMPILER_INTERNAL_ERRORS else classify(where)
 
 
 #: How dynamo's message for a higher-order op it gave up on (``UncapturedHigherOrderOpError``) introduces the break

@@ -328,18 +328,18 @@ def _diagnose(run: _Run) -> None:
 
 
 def _blame_break_for_crash(result: CheckResult) -> None:
-    """A fullgraph compile that crashed inside PyTorch where the model also breaks is reported as that break.
-
-    Measured: mpt's forward reads the cache length with ``Tensor.item()``; without fullgraph that is a clean
-    break in ``modeling_mpt.py``, with fullgraph dynamo crashes (``PendingUnbackedSymbolNotFound``) a few frames
-    later. The break is the model's; the crash stays in the message.
+    """A fullgraph compile that crashed inside PyTorch where the model also breaks: the break is the verdict only
+    when the crash is at the break (``breaks.crashed_at_break``), else the crash stays PyTorch's error, naming the
+    break. Measured: mpt's ``Tensor.item()`` breaks in ``modeling_mpt.py`` without fullgraph; with it dynamo
+    crashes (``PendingUnbackedSymbolNotFound``) while tracing the loop's call of the model, not at the item call.
     """
-    if result.outcome != ERROR or result.first_break is None:
-        return
     cause = next((record for record in result.breaks if record.root_cause), None)
-    if cause is None:
+    if result.outcome != ERROR or result.first_break is None or cause is None:
         return
     crash = result.first_break
+    if not breaks.crashed_at_break(crash, cause):
+        result.message += f" (also breaks at {cause.where()}: {cause.gb_type} ({cause.origin}))"
+        return
     result.outcome, result.first_break = BREAK, cause
     result.message = f"{cause.summary()} (with fullgraph=True the compiler crashed instead: {crash.summary()})"
 

@@ -14,10 +14,10 @@ from pytest_fullgraph import compile_events, crash_sites, hookspecs, models, opt
 from pytest_fullgraph.builtin_levels import builtin_levels
 from pytest_fullgraph.environment import git_revision
 from pytest_fullgraph.model_cache import BuildFailed, Built, Unavailable
-from pytest_fullgraph.report.known_issues import known
-from pytest_fullgraph.results import BREAK, DEFAULT_DTYPE, PASS, SKIP, CheckKey, CheckResult
+from pytest_fullgraph.results import DEFAULT_DTYPE, CheckKey, CheckResult
 from pytest_fullgraph.scenarios import BASIC
 from pytest_fullgraph.session import REPORT_ATTRIBUTE, RESULTS_KEY, FullgraphSession
+from pytest_fullgraph.verdict import apply_verdict
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -331,18 +331,3 @@ def fullgraph_check(request: pytest.FixtureRequest) -> Callable[..., CheckResult
         return result
 
     return run
-
-
-def apply_verdict(result: CheckResult, *, strict: bool) -> None:
-    """pass → pass; skip (a known limitation, a dtype without kernels) → skip; break → xfail (fail when strict);
-    mismatch, error, nondeterministic → fail. A failure the table of known upstream issues has gets a line
-    ``known: URL (status): title`` under its message."""
-    __tracebackhide__ = True
-    if result.outcome == PASS:
-        return
-    if result.outcome == SKIP:
-        pytest.skip(f"{result.model}: {result.message}")
-    notes = "".join(f"\n{issue.label()}: {issue.title}" for issue in known(result))
-    if not strict and result.outcome == BREAK:
-        pytest.xfail(f"graph break: {result.message}{notes}")
-    pytest.fail(f"{result.outcome}: {result.message}{notes}", pytrace=False)

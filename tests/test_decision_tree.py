@@ -7,6 +7,7 @@ The fake model is an oracle: its ``generate`` returns scripted tokens (and logit
 from __future__ import annotations
 
 import time
+import traceback
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
@@ -162,21 +163,36 @@ def test_graph_break_under_fullgraph_is_a_break_with_every_diagnosed_break() -> 
     assert skipped.outcome == "break" and skipped.breaks == [] and "diagnose_s" not in skipped.timings
 
 
-@pytest.mark.parametrize(("diagnosed", "outcome"), [([a_break()], "break"), ([a_break(root_cause=False)], "error"),
-                                                    ([], "error")])
-def test_compiler_crash_is_reattributed_to_a_root_cause_break_only(diagnosed: list[BreakRecord],
-                                                                  outcome: str) -> None:
+def crash_at(file: str, line: int, *callers: tuple[str, int]) -> Exception:
+    """dynamo's internal error, raised while tracing ``file:line`` (called from ``callers``, outermost first)."""
     from torch._dynamo.exc import InternalTorchDynamoError
 
-    result = check(ScriptedModel(), FakeLevel(raises=InternalTorchDynamoError("PendingUnbackedSymbolNotFound"),
-                                              diagnosed=diagnosed))
+    error = InternalTorchDynamoError("PendingUnbackedSymbolNotFound")
+    frames = [(where, number, "forward", "x") for where, number in (*callers, (file, line))]
+    error.real_stack = traceback.StackSummary.from_list(frames)  # type: ignore[attr-defined]
+    return error
+
+
+@pytest.mark.parametrize(("crash", "diagnosed", "outcome"), [
+    (crash_at("mine/model.py", 12), [a_break()], "break"),  # the break's own frame
+    (crash_at("mine/helper.py", 3, ("mine/model.py", 12)), [a_break()], "break"),  # the call under it
+    (crash_at("mine/loop.py", 30), [a_break()], "error"),  # elsewhere: the loop calling the model
+    (crash_at("mine/model.py", 12), [a_break(root_cause=False)], "error"),
+    (crash_at("mine/model.py", 12), [], "error"),
+])
+def test_compiler_crash_is_the_break_only_at_the_breaks_site(crash: Exception, diagnosed: list[BreakRecord],
+                                                             outcome: str) -> None:
+    result = check(ScriptedModel(), FakeLevel(raises=crash, diagnosed=diagnosed))
     assert result.outcome == outcome
     if outcome == "break":
         assert result.first_break == diagnosed[0]
         assert result.message.startswith("Data-dependent branching [GB0170] at mine/model.py:12 in forward (user)")
         assert "(with fullgraph=True the compiler crashed instead: InternalTorchDynamoError" in result.message
-    else:
-        assert result.first_break is not None and result.first_break.gb_type == "InternalTorchDynamoError"
+        return
+    assert result.first_break is not None and result.first_break.gb_type == "InternalTorchDynamoError"
+    assert result.first_break.origin == "torch"  # dynamo's internal error, whichever frame it traced
+    also = " (also breaks at mine/model.py:12: Data-dependent branching (user))"
+    assert result.message.endswith(also) is (diagnosed == [a_break()])
 
 
 @pytest.mark.parametrize(("static", "verdict"), [

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pytest_fullgraph.breaks import LOOP_MODULES
 from pytest_fullgraph.results import BREAK, CheckResult
 
+#: Faults that are pytest_fullgraph's own: a check failing there fails, strict or not, never an xfail.
+OUR_FAULTS = ("loop", "plugin")
 #: Whose fault, as the report names it, in the order the report lists them.
 FAULTS: dict[str, str] = {
     "model": "the model's code (transformers/models)",
@@ -32,6 +34,8 @@ _FAULT_OF_ORIGIN = {"model": "model", "sampling": "transformers", "eos": "transf
                     "torch": "torch", "runtime": "runtime", "loop": "loop", "user": "user"}
 #: What an error's message says about its fault, first match wins (the blame sentences of ``compare``).
 _FAULT_OF_MESSAGE = (
+    # a loop level's promise (``levels.OneGraph``): a second graph means the loop recompiled under fullgraph=True
+    (re.compile(r"^expected one graph, got \d+"), "loop"),
     (re.compile(r"the model's static-cache path"), "model"),
     (re.compile(r"so transformers' exportable module \S+ is at fault"), "transformers"),
     # hf_et_helper's loop drives transformers' exportable module; reports before it said so blamed "the loop"
@@ -83,13 +87,15 @@ def shown_origin(origin: str, file: str) -> str:
 def fault_of(result: CheckResult) -> str:
     """A key of ``FAULTS`` for a failing check: a break's root-cause origin, else an error's stated blame, else
     where the error was raised."""
-    if result.outcome == BREAK:
-        records = result.break_records()
-        root = next((record for record in records if record.root_cause), records[0] if records else None)
-        return fault_of_origin(root.origin) if root else "unknown"
+    records = result.break_records() if result.outcome == BREAK else []
+    if records:
+        root = next((record for record in records if record.root_cause), records[0])
+        return fault_of_origin(root.origin)
     for pattern, fault in _FAULT_OF_MESSAGE:
         if pattern.search(result.message):
             return fault
+    if result.outcome == BREAK:
+        return "unknown"
     origin = result.first_break.origin if result.first_break is not None else ""
     if origin in _FAULT_OF_ORIGIN and origin != "user":
         return _FAULT_OF_ORIGIN[origin]
