@@ -8,7 +8,7 @@ outer frames are not, so "the call under the break" is judged from the innermost
 where the crash is raised above the break (in the loop or generate calling the model), as in every committed
 case. The same decision as a live check, applied to what was recorded, not a rerun::
 
-    python bench/rejudge.py bench/reports/*.json.gz bench/reports/*/*.json.gz [--dry-run]
+    python bench/rejudge.py bench/reports/*.json.gz bench/reports/*/*.json.gz baselines/*.json [--dry-run]
 """
 
 from __future__ import annotations
@@ -60,7 +60,9 @@ def main() -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     total = 0
     for path in args.reports:
-        report = Report.from_dict(json.loads(gzip.decompress(path.read_bytes())), str(path))
+        raw = path.read_bytes()
+        zipped = path.suffix == ".gz"
+        report = Report.from_dict(json.loads(gzip.decompress(raw) if zipped else raw), str(path))
         changed = [result.check_id for result in report.checks if rejudge(result)]
         total += len(changed)
         print(f"{path}: {len(changed)} check(s) re-judged {sorted({name.split('-')[0] for name in changed})}")
@@ -68,7 +70,7 @@ def main() -> None:
             report.environment.setdefault("rejudged_checks", []).append(
                 {"rule": RULE, "at": commit, "count": len(changed), "checks": changed})
             text = json.dumps(report.to_dict(), indent=2, sort_keys=True) + "\n"
-            path.write_bytes(gzip.compress(text.encode(), mtime=0))
+            path.write_bytes(gzip.compress(text.encode(), mtime=0) if zipped else text.encode())
     print(f"{total} check(s) re-judged")
 
 

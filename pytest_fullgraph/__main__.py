@@ -81,15 +81,15 @@ def _main(argv: Sequence[str] | None) -> int:
 def _diff(args: argparse.Namespace) -> int:
     baseline, current = report.load(args.baseline), report.load(args.current)
     gate = report.diff(baseline, current, allow_missing=args.allow_missing, ratchet=args.ratchet,
-                       divergences_only=args.divergences_only)
+                       divergences_only=args.divergences_only, allow_settings=args.allow_settings)
     if args.html:
         report.write_atomic(Path(args.html), html(current, baseline, baseline_name=args.baseline, gate=gate))
-    for line in [*gate.regressions, *gate.improvements, *gate.notes]:
+    for line in [*gate.header(), *gate.regressions, *gate.improvements, *gate.notes]:
         print(line)
     print(gate.summary())
-    if gate.changed:
-        refresh = report.refresh_command(args.baseline, args.current)
-        print(f"to accept the current report as the baseline: {refresh}")
+    advice = report.refresh_advice(gate, args.baseline, args.current)
+    if advice:
+        print(advice)
     return 1 if gate.failed else 0
 
 

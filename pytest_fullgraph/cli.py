@@ -23,7 +23,8 @@ _EXAMPLES = {
     "merge": """reports may be gzipped (.json.gz); each file is merged once. examples:
   python -m pytest_fullgraph report merge shard1/fullgraph-report.json shard2/fullgraph-report.json -o merged
   python -m pytest_fullgraph report merge bench/reports/*.json.gz -o merged""",
-    "diff": """exit 0: gate passed, 1: regression (or improvement with --ratchet), 2: a report cannot be read. examples:
+    "diff": """exit 0: gate passed, 1: regression (or improvement with --ratchet), 2: a report cannot be read, or the
+two were made with other settings (without --allow-settings). examples:
   python -m pytest_fullgraph report diff baselines/fast-torch2.13.0.json merged/fullgraph-report.json
   python -m pytest_fullgraph report diff old.json.gz new.json --allow-missing --divergences-only""",
     "collate": """exit 0: every gate passed, 1: a gate failed, 2: a report or baseline cannot be read. example:
@@ -122,6 +123,9 @@ def parser() -> argparse.ArgumentParser:
                          help="A baseline check absent from the current report is a note, not a regression")
     compare.add_argument("--ratchet", action="store_true",
                          help="Improvements fail too, so the baseline is refreshed whenever results get better")
+    compare.add_argument("--allow-settings", action="store_true",
+                         help="Compare reports made with other settings (backend, max_new_tokens, torch or "
+                              "transformers release, device, attention): the output's first line says which differ")
     compare.add_argument("--divergences-only", action="store_true",
                          help="A mismatch classified as a rounding flip counts as a pass (for bfloat16/float16 jobs)")
     compare.add_argument("--html", default=None, metavar="FILE",

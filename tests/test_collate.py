@@ -222,3 +222,16 @@ def test_a_glob_that_matched_nothing_is_no_reports_and_a_missing_file_is_unreada
     missing = collate([tmp_path / "nope.json"], tmp_path / "merged")
     assert missing.unreadable == [f"{tmp_path / 'nope.json'}: cannot read (No such file or directory)"]
     assert not any("No reports" in line for line in missing.summary)
+
+
+def test_a_baseline_of_other_settings_gates_nothing_and_fails_naming_the_setting(tmp_path: Path) -> None:
+    baselines = tmp_path / "baselines"
+    baselines.mkdir()
+    slow = shard(tmp_path, "base", slow=True, outcomes={"llama": "pass"})
+    slow.rename(baselines / "fast-torch2.13.0.json")
+    collated = collate([shard(tmp_path, "a", outcomes={"llama": "pass"})], tmp_path / "merged", baselines)
+    assert collated.failed
+    reason = ("the reports were made with different settings (backend: 'inductor' in the baseline, 'aot_eager' in "
+              "this run): compare runs of one configuration, or pass --allow-settings to compare them anyway")
+    assert collated.unreadable == [f"{baselines / 'fast-torch2.13.0.json'}: {reason}"]
+    assert f"fast-torch2.13.0 is not gated: {reason}" in collated.summary

@@ -247,10 +247,62 @@ def test_missing_check_is_a_regression_unless_allowed(tmp_path: Path) -> None:
     strict = cli("report", "diff", str(baseline), str(current))
     assert strict.returncode == 1
     assert "MISSING gemma-greedy-generate-float32: in the baseline (pass) but not in this report" in strict.stdout
-    assert f"to accept the current report as the baseline: cp {current} {baseline}" in strict.stdout
     allowed = cli("report", "diff", str(baseline), str(current), "--allow-missing")
     assert allowed.returncode == 0, allowed.stdout
     assert "MISSING gemma-greedy-generate-float32" in allowed.stdout
+    for run in (strict, allowed):  # copying a report that lacks checks over the baseline would shrink it
+        assert "cp " not in run.stdout
+        assert run.stdout.rstrip().endswith("not suggesting this report as the baseline: it lacks 1 of the "
+                                            "baseline's checks, which copying it would drop; run them (or every "
+                                            "shard) and diff again")
+
+
+def test_a_report_with_every_check_of_the_baseline_is_suggested_as_the_new_one(tmp_path: Path) -> None:
+    baseline = save(tmp_path / "base", [a_result("llama", "pass")])
+    current = save(tmp_path / "cur", [a_result("llama", "break", [a_break(10)])])
+    completed = cli("report", "diff", str(baseline), str(current))
+    assert completed.returncode == 1
+    assert f"to accept the current report as the baseline: cp {current} {baseline}" in completed.stdout
+
+
+@pytest.mark.parametrize(("setting", "before", "after", "named"), [
+    ("backend", "aot_eager", "inductor", "backend: 'aot_eager' in the baseline, 'inductor' in this run"),
+    ("max_new_tokens", 4, 16, "max_new_tokens: 4 in the baseline, 16 in this run"),
+    ("torch", "2.13.0", "2.15.0", "torch release: '2.13.0' in the baseline, '2.15.0' in this run"),
+    ("device", "cpu", "cuda:0", "device: 'cpu' in the baseline, 'cuda:0' in this run"),
+])
+def test_diff_refuses_reports_of_other_settings_unless_allowed(tmp_path: Path, setting: str, before: object,
+                                                               after: object, named: str) -> None:
+    baseline = save_env(tmp_path / "base", [a_result("llama", "pass")], **{setting: before})
+    current = save_env(tmp_path / "cur", [a_result("llama", "pass")], **{setting: after})
+    refused = cli("report", "diff", str(baseline), str(current))
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.strip() == (f"pytest_fullgraph: error: the reports were made with different settings "
+                                      f"({named}): compare runs of one configuration, or pass --allow-settings to "
+                                      "compare them anyway")
+    allowed = cli("report", "diff", str(baseline), str(current), "--allow-settings")
+    assert allowed.returncode == 0
+    assert allowed.stdout.splitlines()[0] == f"COMPARED ANYWAY (--allow-settings), settings differ: {named}"
+    assert "cp " not in allowed.stdout
+
+
+def test_the_same_release_with_another_build_or_patch_is_the_same_setting(tmp_path: Path) -> None:
+    baseline = save_env(tmp_path / "base", [a_result("llama", "pass")], torch="2.13.0+cpu")
+    current = save_env(tmp_path / "cur", [a_result("llama", "pass")], torch="2.13.1")
+    assert cli("report", "diff", str(baseline), str(current)).returncode == 0
+
+
+def test_an_unknown_outcome_is_a_malformed_report_not_a_regression(tmp_path: Path) -> None:
+    baseline = save(tmp_path / "base", [a_result("llama", "pass")])
+    current = save(tmp_path / "cur", [a_result("llama", "pass")])
+    data = json.loads(current.read_text())
+    data["checks"][0]["outcome"] = "weird"
+    current.write_text(json.dumps(data))
+    completed = cli("report", "diff", str(baseline), str(current))
+    assert completed.returncode == 2 and completed.stdout == ""
+    assert completed.stderr.strip() == (f"pytest_fullgraph: error: {current}: malformed report: checks[0].outcome: "
+                                        "'weird' is not an outcome (one of pass, skip, nondeterministic, break, "
+                                        "mismatch, error) (check llama-greedy-generate)")
 
 
 def test_ratchet_fails_on_improvements_and_prints_the_refresh_command(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ run (``pytest_fullgraph.environment``, ``pytest_fullgraph.break_help``) and stor
 from __future__ import annotations
 
 from pytest_fullgraph.report.files import distinct, load, write, write_atomic
-from pytest_fullgraph.report.gate import GateResult, diff, refresh_command
+from pytest_fullgraph.report.gate import GateResult, diff, refresh_advice, refresh_command
 from pytest_fullgraph.report.merge import merge
 from pytest_fullgraph.report.render import markdown
 from pytest_fullgraph.report.schema import JSON_NAME, MARKDOWN_NAME, Report, ReportError
@@ -24,6 +24,7 @@ __all__ = [
     "load",
     "markdown",
     "merge",
+    "refresh_advice",
     "refresh_command",
     "terminal_lines",
     "write",

@@ -114,7 +114,11 @@ def _gate(name: str, merged: Report, merged_path: Path, baselines: Path | None,
     except ReportError as error:
         result.cannot_read("baseline", error)
         return ["", f"{name} is not gated: its baseline cannot be read", ""], None
-    gate = diff(baseline, merged)
+    try:
+        gate = diff(baseline, merged)
+    except ReportError as error:  # a baseline of other settings gates nothing
+        result.cannot_read("baseline", ReportError(f"{baseline_path}: {error}"))
+        return ["", f"{name} is not gated: {error}", ""], None
     result.failed |= gate.failed
     # the verdict leads; the group's page lists each change under "Changes since the baseline"
     lines = [f"**Gate against {baseline_path}: {gate.summary()}**", ""]
@@ -136,7 +140,7 @@ def _release_changes(merged: dict[str, Report]) -> list[str]:
     for older, newer in itertools.pairwise(names):
         if _release_key(older)[0] != _release_key(newer)[0]:
             continue
-        gate = diff(merged[older], merged[newer], allow_missing=True)
+        gate = diff(merged[older], merged[newer], allow_missing=True, allow_settings=True)
         changes = [*gate.regressions, *gate.improvements]
         lines += [f"## What changed from {older} to {newer}", ""]
         lines += [f"- {line}" for line in changes] or ["- no verdict changed"]

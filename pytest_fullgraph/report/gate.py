@@ -9,9 +9,11 @@ refreshed when things get better.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from pytest_fullgraph.report.schema import Report
+from pytest_fullgraph.report.schema import Report, ReportError
 from pytest_fullgraph.results import MISMATCH, PASS, ROUNDING, CheckResult, outcome_rank
 
 
@@ -22,6 +24,10 @@ class GateResult:
     notes: list[str] = field(default_factory=list)
     #: with the ratchet on, improvements fail the gate as well
     ratchet: bool = False
+    #: the settings the two reports differ in, when compared anyway (``settings_differences``)
+    settings: list[str] = field(default_factory=list)
+    #: checks of the baseline this report lacks (failures, or notes with ``allow_missing``)
+    missing: int = 0
 
     @property
     def failed(self) -> bool:
@@ -36,6 +42,46 @@ class GateResult:
         ratchet = " (ratchet: improvements fail too)" if self.ratchet else ""
         return (f"{len(self.regressions)} regression(s), {len(self.improvements)} improvement(s), "
                 f"{len(self.notes)} note(s): gate {verdict}{ratchet}")
+
+    def header(self) -> list[str]:
+        """What a reader must know before the lines: the reports compared differ in their settings."""
+        if not self.settings:
+            return []
+        return [f"COMPARED ANYWAY (--allow-settings), settings differ: {'; '.join(self.settings)}"]
+
+
+def _release(version: Any) -> Any:
+    """A release as far as the gate tells them apart: ``2.13.0+cpu`` and ``2.13.1`` are both torch 2.13."""
+    return ".".join(str(version).split("+")[0].split(".")[:2]) if version else version
+
+
+def _device(value: Any) -> Any:
+    return "cpu" if value in (None, "none") else value  # reports before --fullgraph-device ran on the CPU
+
+
+#: The settings a check's outcome depends on, each with how its two values are compared: reports that differ in one
+#: are not two runs of the same checks. Strictness and the tier change no outcome; the break mode is compared check
+#: by check (first breaks only where one side recorded only those).
+SETTINGS: dict[str, Callable[[Any], Any]] = {
+    "backend": str, "max_new_tokens": int, "torch": _release, "transformers": _release, "device": _device,
+    "attn_implementation": lambda value: value,
+}
+#: How a message names a setting.
+_SETTING_NAMES = {"torch": "torch release", "transformers": "transformers release",
+                  "attn_implementation": "attention implementation"}
+
+
+def settings_differences(baseline: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """``name: 'a' in the baseline, 'b' in this run`` for each setting of ``SETTINGS`` the two environments differ
+    in; a setting one of them does not record (an older report) is not compared."""
+    found = []
+    for name, compared in SETTINGS.items():
+        if name not in baseline or name not in current:
+            continue
+        before, after = baseline[name], current[name]
+        if compared(before) != compared(after):
+            found.append(f"{_SETTING_NAMES.get(name, name)}: {before!r} in the baseline, {after!r} in this run")
+    return found
 
 
 def break_sites(result: CheckResult) -> set[tuple[str, str]]:
@@ -56,9 +102,14 @@ def gated_outcome(result: CheckResult, divergences_only: bool) -> str:
 
 
 def diff(baseline: Report, current: Report, *, allow_missing: bool = False, ratchet: bool = False,
-         divergences_only: bool = False) -> GateResult:
-    """Compare ``current`` with ``baseline``, check by check."""
-    gate = GateResult(ratchet=ratchet)
+         divergences_only: bool = False, allow_settings: bool = False) -> GateResult:
+    """Compare ``current`` with ``baseline``, check by check. Reports of different settings (``SETTINGS``) raise
+    ``ReportError`` naming the first, unless ``allow_settings`` (a release diff compares torch releases on purpose),
+    which puts each difference in the result's ``settings``."""
+    gate = GateResult(ratchet=ratchet, settings=settings_differences(baseline.environment, current.environment))
+    if gate.settings and not allow_settings:
+        raise ReportError(f"the reports were made with different settings ({gate.settings[0]}): compare runs of one "
+                          "configuration, or pass --allow-settings to compare them anyway")
     if current.interrupted:
         gate.regressions.append("INCOMPLETE: the current run was interrupted; its report holds only the checks "
                                 "that finished")
@@ -75,6 +126,7 @@ def diff(baseline: Report, current: Report, *, allow_missing: bool = False, ratc
             gate.notes.append(f"NEW {new.check_id}: {new.outcome}")
         elif new is None:
             line = f"MISSING {old.check_id}: in the baseline ({old.outcome}) but not in this report"
+            gate.missing += 1
             (gate.notes if allow_missing else gate.regressions).append(line)
         else:
             _compare(gate, old, new, divergences_only)
@@ -109,3 +161,16 @@ def _compare(gate: GateResult, old: CheckResult, new: CheckResult, divergences_o
 def refresh_command(baseline_path: str, current_path: str) -> str:
     """The exact command that makes the current report the new baseline."""
     return f"cp {shlex.quote(current_path)} {shlex.quote(baseline_path)}"
+
+
+def refresh_advice(gate: GateResult, baseline_path: str, current_path: str) -> str:
+    """What to do to accept the current report as the baseline: the command, unless the report lacks checks of the
+    baseline (copying it would shrink the baseline) or was made with other settings; "" when nothing changed."""
+    if not gate.changed:
+        return ""
+    if gate.missing:
+        return (f"not suggesting this report as the baseline: it lacks {gate.missing} of the baseline's checks, which "
+                "copying it would drop; run them (or every shard) and diff again")
+    if gate.settings:
+        return "not suggesting this report as the baseline: it was made with other settings"
+    return f"to accept the current report as the baseline: {refresh_command(baseline_path, current_path)}"

@@ -65,7 +65,7 @@ def html(report: Report, baseline: Report | None = None, *, baseline_name: str =
     changed: dict[str, list[str]] | None = None
     sections = [*_header(report, checks), *_counts_section(report, checks)]
     if baseline is not None:
-        gate = gate if gate is not None else diff(baseline, report)
+        gate = gate if gate is not None else diff(baseline, report, allow_settings=True)
         changed = changes_by_check(gate)
         sections += _changes_section(baseline, report, gate, baseline_name)
     facets = _facets(report, checks, changed)
@@ -212,6 +212,7 @@ def _changes_section(baseline: Report, report: Report, gate: GateResult, name: s
     levels = canonical(set(by_level), _levels(report) + _levels(baseline))
     env = baseline.environment
     lines = [f"<h2>Compared with {_text(name)}</h2>",
+             *(f"<p><strong>{_text(line)}</strong></p>" for line in gate.header()),
              f'<p>{_text(gate.summary())}. The baseline: torch {_text(env.get("torch"))}, transformers '
              f'{_text(env.get("transformers"))}, {plural(len(baseline.checks), "check")}. The change filter below '
              "shows the checks of one kind of change.</p>"]

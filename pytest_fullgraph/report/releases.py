@@ -39,7 +39,7 @@ def release_section(releases: Sequence[tuple[str, Report]]) -> list[str]:
     lines += ["", "What changed from each release to the next (`report diff`, one line per change with the "
               "checks it touched):", ""]
     for older, newer in itertools.pairwise(reports):
-        gate = diff(older, newer, allow_missing=True)
+        gate = diff(older, newer, allow_missing=True, allow_settings=True)
         changes = grouped_changes([*gate.regressions, *gate.improvements, *gate.notes])
         title = f"- **torch {older.environment.get('torch')} → {newer.environment.get('torch')}**"
         if not changes:

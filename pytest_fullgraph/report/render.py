@@ -124,8 +124,8 @@ def _count_row(label: str, checks: list[CheckResult], shown: list[str]) -> str:
 
 def _changes(baseline: Report, report: Report) -> list[str]:
     """What the gate sees against the baseline: regressions first, each a line; long lists fold."""
-    gate = diff(baseline, report)
-    lines = ["## Changes since the baseline", "", gate.summary(), ""]
+    gate = diff(baseline, report, allow_settings=True)  # refused settings never reach a page; allowed ones are said
+    lines = ["## Changes since the baseline", "", *gate.header(), gate.summary(), ""]
     items = [f"- {escape(line)}" for line in [*gate.regressions, *gate.improvements, *gate.notes]]
     return [*lines, *sections.folded_list(items, "change"), ""] if items else lines
 

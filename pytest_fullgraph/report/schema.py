@@ -14,7 +14,7 @@ from pytest_fullgraph.break_help import BreakHelp
 from pytest_fullgraph.report.audit import model_summaries
 from pytest_fullgraph.report.known_issues import report_section
 from pytest_fullgraph.report.validate import problem, record_problem
-from pytest_fullgraph.results import READABLE_SCHEMA_VERSIONS, SCHEMA, SCHEMA_VERSION, CheckResult
+from pytest_fullgraph.results import OUTCOMES, READABLE_SCHEMA_VERSIONS, SCHEMA, SCHEMA_VERSION, CheckResult
 
 JSON_NAME = "fullgraph-report.json"
 MARKDOWN_NAME = "fullgraph-report.md"
@@ -124,9 +124,16 @@ def _problem(data: dict[str, Any]) -> str | None:
     if found:
         return found
     for index, item in enumerate(data["checks"]):
-        found = record_problem(item, CheckResult, f"checks[{index}]")
+        found = record_problem(item, CheckResult, f"checks[{index}]") or _outcome_problem(item, index)
         if found:
             identity = [item.get(key) for key in ("model", "scenario", "level")] if isinstance(item, dict) else []
             named = [each for each in identity if isinstance(each, str)]
             return f"{found} (check {'-'.join(named)})" if identity and len(named) == len(identity) else found
     return None
+
+
+def _outcome_problem(item: dict[str, Any], index: int) -> str | None:
+    """An outcome this package does not know: the gate would read it as the worst, so it is a malformed report."""
+    if item["outcome"] in OUTCOMES:
+        return None
+    return f"checks[{index}].outcome: {item['outcome']!r} is not an outcome (one of {', '.join(OUTCOMES)})"
