@@ -160,6 +160,12 @@ OPTIONS: tuple[Option, ...] = (
            field="cache_dir",
            help="Keep inductor's compile caches in DIR, for this run's workers too, so a second run reuses them "
                 "(default: TORCHINDUCTOR_CACHE_DIR, else inductor's temporary directory; ini: fullgraph_cache_dir)"),
+    Option("fullgraph_baseline", "--fullgraph-baseline", metavar="FILE", parse=parse_text,
+           help="Judge each check against its verdict in FILE (a report) as it finishes: worse fails naming the "
+                "baseline's outcome, a failure FILE has is an xfail (ini: fullgraph_baseline, relative to the ini)"),
+    Option("fullgraph_baseline_update", "--fullgraph-baseline-update", action="store_true", parse=parse_bool,
+           default=False, help="Rewrite --fullgraph-baseline's FILE with this run's checks, keeping its others "
+                               "(ini: fullgraph_baseline_update)"),
     Option("fullgraph_breaks", "--fullgraph-breaks", metavar="MODE", parse=Choice(BREAK_MODES, "a break mode"),
            field="breaks", default="auto",
            help="'all': a check that breaks runs once more without fullgraph to record every break; 'first': "

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_fullgraph import compile_events, crash_sites, hookspecs, models, options, progress, report, termination
+from pytest_fullgraph.baseline import Baseline, open_baseline
 from pytest_fullgraph.builtin_levels import builtin_levels
 from pytest_fullgraph.environment import git_revision
 from pytest_fullgraph.model_cache import BuildFailed, Built, Unavailable
@@ -63,6 +64,7 @@ def pytest_configure(config: pytest.Config) -> None:
         environment.setenv(INDUCTOR_CACHE_ENV, str(settings.cache_dir))
         config.add_cleanup(environment.undo)
     session = FullgraphSession(settings, registry, levels, is_worker=hasattr(config, "workerinput"))
+    session.baseline = _open_baseline(config, chosen, settings)
     session.restore_trace_logger = compile_events.silence_structured_trace()
     if not session.is_worker:
         git_revision()  # now, before the checks: the report names the commit that ran
@@ -74,6 +76,15 @@ def pytest_configure(config: pytest.Config) -> None:
     if settings.progress and not session.is_worker:
         checks, earlier = checks_by_parameters(session), options.read_costs_report(chosen)
         progress.show(config, lambda nodeid: checks.get(parameters_of_test_id(nodeid)), earlier)
+
+
+def _open_baseline(config: pytest.Config, chosen: dict[str, options.Chosen],
+                   settings: options.Settings) -> Baseline | None:
+    """``--fullgraph-baseline``, a relative path read from the ini file's directory, else from the invocation's."""
+    given = chosen["fullgraph_baseline"]
+    base = config.inipath.parent if given.source.startswith("ini") and config.inipath else config.invocation_params.dir
+    return open_baseline(given.value, given.source or "--fullgraph-baseline",
+                         bool(chosen["fullgraph_baseline_update"].value), settings, Path(base))
 
 
 def suite_directory() -> Path:
@@ -263,6 +274,8 @@ class _ControllerHooks:
             return
         if settings.report_dir is not None:
             self.session.written = report.write(self.session.finish_report(), settings.report_dir)
+        if self.session.baseline is not None and self.session.baseline.update:
+            self.session.baseline_line = self.session.baseline.write_update(self.session.finish_report())
         if settings.repro_dir is not None:
             from pytest_fullgraph.repro.command import reproduce_run  # the repro machinery loads only when asked
 
@@ -277,6 +290,10 @@ class _ControllerHooks:
             terminalreporter.write_line(line)
         for path in self.session.written:
             terminalreporter.write_line(f"fullgraph report: {path}")
+        baseline = self.session.baseline
+        for line in [*(baseline.closing_lines(self.session.results) if baseline else []), self.session.baseline_line]:
+            if line:
+                terminalreporter.write_line(line)
         if self.session.repro_line:
             terminalreporter.write_line(f"fullgraph reproducers: {self.session.repro_line}")
 
@@ -327,7 +344,7 @@ def fullgraph_check(request: pytest.FixtureRequest) -> Callable[..., CheckResult
                             ("first_break", first.summary() if first else "")):
             request.node.user_properties.append((name, value))
         if verdict:
-            apply_verdict(result, strict=fullgraph_session.settings.strict)
+            apply_verdict(result, strict=fullgraph_session.settings.strict, baseline=fullgraph_session.baseline)
         return result
 
     return run

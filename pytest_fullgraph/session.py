@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from pytest_fullgraph import report
+from pytest_fullgraph.baseline import Baseline
 from pytest_fullgraph.break_help import help_for_ids
 from pytest_fullgraph.check import failed_build, run_check
 from pytest_fullgraph.compute import exactness_settings
@@ -45,6 +46,10 @@ class FullgraphSession:
     restore_trace_logger: Callable[[], None] = lambda: None
     #: this run's report, built once when the run ends
     final_report: report.Report | None = None
+    #: the verdicts each check is judged against (``--fullgraph-baseline``), None without one
+    baseline: Baseline | None = None
+    #: what ``--fullgraph-baseline-update`` wrote, one line for the terminal summary ("" when not asked)
+    baseline_line: str = ""
     models: ModelCache = field(init=False)
 
     def __post_init__(self) -> None:

@@ -121,3 +121,13 @@ def test_the_torch_axes_name_only_releases_measured_to_install_and_collate_expec
     expect = next(step["env"]["EXPECT"] for step in jobs["collate"]["steps"] if "EXPECT" in step.get("env", {}))
     slow_groups = expect.split("||")[-1].strip(" '}").split()
     assert slow_groups == [f"slow-torch{release}" for release in jobs["slow"]["strategy"]["matrix"]["torch"]]
+
+
+def test_the_pull_request_tier_is_gated_inside_the_run_against_a_committed_baseline() -> None:
+    """Each release of the fast axis has its baseline committed, and the fast job's pytest reads it: a check worse
+    than its baseline fails the job itself, not only the collate job at the end."""
+    jobs = workflow()["jobs"]
+    lines = [line for job, line, _ in commands() if job == "fast" and "--fullgraph-models" in line]
+    assert len(lines) == 1 and "--fullgraph-baseline=baselines/fast-torch${{ matrix.torch }}.json" in lines[0]
+    for release in jobs["fast"]["strategy"]["matrix"]["torch"]:
+        assert (REPOSITORY / "baselines" / f"fast-torch{release}.json").is_file()

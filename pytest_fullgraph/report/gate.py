@@ -129,11 +129,12 @@ def diff(baseline: Report, current: Report, *, allow_missing: bool = False, ratc
             gate.missing += 1
             (gate.notes if allow_missing else gate.regressions).append(line)
         else:
-            _compare(gate, old, new, divergences_only)
+            compare_checks(gate, old, new, divergences_only)
     return gate
 
 
-def _compare(gate: GateResult, old: CheckResult, new: CheckResult, divergences_only: bool) -> None:
+def compare_checks(gate: GateResult, old: CheckResult, new: CheckResult, divergences_only: bool = False) -> None:
+    """One check against its baseline: its regressions and improvements added to ``gate``'s lines."""
     name = new.check_id
     before, after = gated_outcome(old, divergences_only), gated_outcome(new, divergences_only)
     if outcome_rank(after) > outcome_rank(before):
