@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from pytest_fullgraph.options import Chosen
 from pytest_fullgraph.report.files import load, write_atomic
 from pytest_fullgraph.report.gate import GateResult, compare_checks, settings_differences
 from pytest_fullgraph.report.schema import Report, ReportError
@@ -81,6 +82,14 @@ class Baseline:
             write_atomic(self.path, text)
         kept = len(checks) - len(run.checks)
         return f"fullgraph baseline updated: {self.shown} ({len(run.checks)} check(s) of this run, {kept} kept)"
+
+
+def baseline_of_run(config: pytest.Config, given: Chosen, update: bool, settings: Settings) -> Baseline | None:
+    """``--fullgraph-baseline`` of this run: a relative path is read from the ini file's directory when the ini set
+    it, else from where pytest was invoked."""
+    from_ini = given.source.startswith("ini") and config.inipath is not None
+    base = config.inipath.parent if from_ini and config.inipath else config.invocation_params.dir
+    return open_baseline(given.value, given.source or "--fullgraph-baseline", update, settings, Path(base))
 
 
 def open_baseline(value: str | None, source: str, update: bool, settings: Settings, base: Path) -> Baseline | None:

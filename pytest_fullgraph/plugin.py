@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_fullgraph import compile_events, crash_sites, hookspecs, models, options, progress, report, termination
-from pytest_fullgraph.baseline import Baseline, open_baseline
+from pytest_fullgraph.baseline import baseline_of_run
 from pytest_fullgraph.builtin_levels import builtin_levels
 from pytest_fullgraph.environment import git_revision
 from pytest_fullgraph.model_cache import BuildFailed, Built, Unavailable
 from pytest_fullgraph.results import DEFAULT_DTYPE, CheckKey, CheckResult
 from pytest_fullgraph.scenarios import BASIC
-from pytest_fullgraph.session import REPORT_ATTRIBUTE, RESULTS_KEY, FullgraphSession
+from pytest_fullgraph.session import DRAWS_PROPERTY, REPORT_ATTRIBUTE, RESULTS_KEY, FullgraphSession
 from pytest_fullgraph.verdict import apply_verdict
 
 if TYPE_CHECKING:
@@ -64,7 +64,8 @@ def pytest_configure(config: pytest.Config) -> None:
         environment.setenv(INDUCTOR_CACHE_ENV, str(settings.cache_dir))
         config.add_cleanup(environment.undo)
     session = FullgraphSession(settings, registry, levels, is_worker=hasattr(config, "workerinput"))
-    session.baseline = _open_baseline(config, chosen, settings)
+    session.baseline = baseline_of_run(config, chosen["fullgraph_baseline"],
+                                       bool(chosen["fullgraph_baseline_update"].value), settings)
     session.restore_trace_logger = compile_events.silence_structured_trace()
     if not session.is_worker:
         git_revision()  # now, before the checks: the report names the commit that ran
@@ -76,15 +77,6 @@ def pytest_configure(config: pytest.Config) -> None:
     if settings.progress and not session.is_worker:
         checks, earlier = checks_by_parameters(session), options.read_costs_report(chosen)
         progress.show(config, lambda nodeid: checks.get(parameters_of_test_id(nodeid)), earlier)
-
-
-def _open_baseline(config: pytest.Config, chosen: dict[str, options.Chosen],
-                   settings: options.Settings) -> Baseline | None:
-    """``--fullgraph-baseline``, a relative path read from the ini file's directory, else from the invocation's."""
-    given = chosen["fullgraph_baseline"]
-    base = config.inipath.parent if given.source.startswith("ini") and config.inipath else config.invocation_params.dir
-    return open_baseline(given.value, given.source or "--fullgraph-baseline",
-                         bool(chosen["fullgraph_baseline_update"].value), settings, Path(base))
 
 
 def suite_directory() -> Path:
@@ -228,6 +220,9 @@ class _ControllerHooks:
             return
         for data in getattr(report, REPORT_ATTRIBUTE, None) or ():
             self.session.record(report.nodeid, CheckResult.from_dict(data))
+        drawn = [str(value) for name, value in report.user_properties if name == DRAWS_PROPERTY]
+        if drawn:
+            self.session.draws[report.nodeid] = drawn[-1]
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object | None) -> None:
@@ -283,17 +278,17 @@ class _ControllerHooks:
             self.session.repro_line = reproduce_run(self.session.finish_report(), settings.repro_dir, terminal)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.session.is_worker or not (self.session.results or self.session.crashed_workers):
+        closing = [] if self.session.is_worker else self.session.closing_lines()
+        if self.session.is_worker or not (self.session.results or self.session.crashed_workers or closing):
             return
         terminalreporter.section("fullgraph")
-        for line in report.terminal_lines(self.session.finish_report()):
+        checked = self.session.results or self.session.crashed_workers
+        for line in report.terminal_lines(self.session.finish_report()) if checked else []:
             terminalreporter.write_line(line)
         for path in self.session.written:
             terminalreporter.write_line(f"fullgraph report: {path}")
-        baseline = self.session.baseline
-        for line in [*(baseline.closing_lines(self.session.results) if baseline else []), self.session.baseline_line]:
-            if line:
-                terminalreporter.write_line(line)
+        for line in closing:
+            terminalreporter.write_line(line)
         if self.session.repro_line:
             terminalreporter.write_line(f"fullgraph reproducers: {self.session.repro_line}")
 

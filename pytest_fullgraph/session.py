@@ -26,6 +26,8 @@ from pytest_fullgraph.settings import DTYPES, Settings
 #: Where a test's results travel from the fixture to its report (and from workers to the controller).
 RESULTS_KEY = pytest.StashKey[list[CheckResult]]()
 REPORT_ATTRIBUTE = "fullgraph_result"
+#: The user property in which a property test says how many of its draws it checked, and which it left out, why.
+DRAWS_PROPERTY = "fullgraph_draws"
 
 
 @dataclass
@@ -50,6 +52,8 @@ class FullgraphSession:
     baseline: Baseline | None = None
     #: what ``--fullgraph-baseline-update`` wrote, one line for the terminal summary ("" when not asked)
     baseline_line: str = ""
+    #: property tests' draws by test id: "8 of 8 draws checked", or which were left out and why
+    draws: dict[str, str] = field(default_factory=dict)
     models: ModelCache = field(init=False)
 
     def __post_init__(self) -> None:
@@ -61,6 +65,14 @@ class FullgraphSession:
 
     def record(self, nodeid: str, result: CheckResult) -> None:
         self.recorded[(nodeid, result.key)] = result
+
+    def closing_lines(self) -> list[str]:
+        """The terminal summary's lines after the report: the run against its baseline, and the property tests
+        that left draws out."""
+        lines = self.baseline.closing_lines(self.results) if self.baseline is not None else []
+        lines += [self.baseline_line] if self.baseline_line else []
+        return lines + [f"property draws left out: {test}: {line}" for test, line in sorted(self.draws.items())
+                        if "left out" in line]
 
     def finish_report(self) -> report.Report:
         """The run's report, built on the first call (when the run ends) and the same object after."""

@@ -14,6 +14,7 @@ them all at the end of the run.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -23,7 +24,7 @@ from hypothesis import strategies as st
 from transformers import GenerationConfig, PreTrainedModel
 from transformers.utils import is_sklearn_available
 
-from pytest_fullgraph.breaks import compile_failure_types
+from pytest_fullgraph.breaks import compile_failure_types, is_graph_break, record_from_exception
 from pytest_fullgraph.compare import static_cache_verdict
 from pytest_fullgraph.decode import LOOPS, UnsupportedGeneration, fullgraph_generate
 from pytest_fullgraph.generation import generate_fn, static_cache_config
@@ -31,7 +32,9 @@ from pytest_fullgraph.inputs import left_padded_prompts, model_generation_defaul
 from pytest_fullgraph.modeling import moved_to, vocab_size
 from pytest_fullgraph.models import tiny
 from pytest_fullgraph.models.draft import build_draft
+from pytest_fullgraph.report.causes import OUR_FAULTS, fault_of_origin
 from pytest_fullgraph.results import first_line
+from pytest_fullgraph.session import DRAWS_PROPERTY
 from pytest_fullgraph.settings import Settings
 
 FAST_EXAMPLES = 8
@@ -71,7 +74,7 @@ def drafting_cases(draw: st.DrawFn, vocab: int, loops: tuple[str, ...]) -> dict[
                      "assistant_confidence_threshold": draw(st.sampled_from(confident))}
     return {"input_ids": torch.tensor([[tiny.PAD_TOKEN_ID] * pads + tokens]),
             "attention_mask": torch.tensor([[0] * pads + [1] * len(tokens)]), "seed": draw(st.integers(0, 2**16)),
-            "loop": draw(st.sampled_from(loops)), "assistant": assistant,
+            "loop": draw(st.sampled_from(loops)), "assistant": assistant, "mode": DRAFTS,
             "config": GenerationConfig(**{k: v for k, v in config.items() if v is not None or k == "eos_token_id"})}
 
 
@@ -86,11 +89,10 @@ def draft_model(model: PreTrainedModel, settings: dict[str, Any] | None) -> dict
 
 
 @st.composite
-def generation_cases(draw: st.DrawFn, vocab: int, loops: tuple[str, ...], beams: bool = False,
-                     drafts: bool = False) -> dict[str, Any]:
-    """A drawn generation; with ``beams`` (the model's beam search runs), a third of them beam search; with
-    ``drafts`` (its cache rolls back), a quarter of them prompt lookup or assisted decoding."""
-    if drafts and draw(st.integers(0, 3)) == 0:
+def generation_cases(draw: st.DrawFn, vocab: int, loops: tuple[str, ...]) -> dict[str, Any]:
+    """A drawn generation: a quarter of them prompt lookup or assisted decoding, a third of the rest beam search;
+    for a model whose ``generate`` or loop does not run a mode, its draws are counted as left out, with why."""
+    if draw(st.integers(0, 3)) == 0:
         return draw(drafting_cases(vocab, loops))
     batch = draw(st.integers(1, 3))
     lengths = draw(st.lists(st.integers(1, 12), min_size=batch, max_size=batch))
@@ -126,7 +128,8 @@ def generation_cases(draw: st.DrawFn, vocab: int, loops: tuple[str, ...], beams:
         config["begin_suppress_tokens"] = draw(st.lists(suppressible, max_size=3))
     if eos is not None and draw(st.booleans()):
         config["exponential_decay_length_penalty"] = (draw(st.integers(0, 3)), draw(st.sampled_from([1.5, 4.0])))
-    if beams and draw(st.integers(0, 2)) == 0:
+    beams = draw(st.integers(0, 2)) == 0
+    if beams:
         width = draw(st.integers(2, 3))
         config.update(num_beams=width, num_return_sequences=draw(st.integers(1, width)),
                       length_penalty=draw(st.sampled_from([-1.0, 0.0, 1.0, 2.0])),
@@ -140,59 +143,76 @@ def generation_cases(draw: st.DrawFn, vocab: int, loops: tuple[str, ...], beams:
                       typical_p=draw(st.sampled_from([None, 0.7])),
                       epsilon_cutoff=draw(st.sampled_from([None, 0.01])),
                       eta_cutoff=draw(st.sampled_from([None, 0.5])))
-    return {**prompts, "seed": seed, "loop": loop, "assistant": None,
+    return {**prompts, "seed": seed, "loop": loop, "assistant": None, "mode": BEAMS if beams else PLAIN,
             "config": GenerationConfig(**{k: v for k, v in config.items() if v is not None or k == "eos_token_id"})}
 
 
-#: Loop forms each model (by identity: the session builds a model once per worker) offers, or why none, and
-#: whether its beam search and draft modes run: the parts of one model's examples ask it once.
-_LOOPS_OFFERED: dict[int, tuple[PreTrainedModel, tuple[str, ...], str, bool, bool]] = {}
+#: The modes a drawn case is in: the draft-and-verify modes and beam search run only where the model's ``generate``
+#: and our loop run them; plain generation wherever the loop runs at all.
+PLAIN, BEAMS, DRAFTS = "plain", "beam search", "prompt lookup and assisted decoding"
+#: Loop forms each model (by identity: the session builds a model once per worker) offers, or why none, and why
+#: its beam search and draft modes are left out (none when they run): the parts of one model's examples ask once.
+_LOOPS_OFFERED: dict[int, tuple[PreTrainedModel, tuple[str, ...], str, dict[str, str]]] = {}
 
 
-def supported_loops(model: PreTrainedModel) -> tuple[tuple[str, ...], bool, bool]:
-    """Loop forms fullgraph_generate offers this model, and whether to draw beam search and the draft modes;
-    skips the test, with the reason, if no form runs."""
+def supported_loops(model: PreTrainedModel) -> tuple[tuple[str, ...], dict[str, str]]:
+    """Loop forms fullgraph_generate offers this model, and the modes whose draws are left out, with why; skips
+    the test, with the reason, if no form runs."""
     if id(model) not in _LOOPS_OFFERED or _LOOPS_OFFERED[id(model)][0] is not model:
         loops, reasons = _probe_loops(model)
-        _LOOPS_OFFERED[id(model)] = (model, loops, reasons, bool(loops) and _beams_run(model),
-                                     bool(loops) and _drafts_run(model))
-    _, loops, reasons, beams, drafts = _LOOPS_OFFERED[id(model)]
+        left_out = {mode: why for mode, why in ((BEAMS, _beams_left_out(model)), (DRAFTS, _drafts_left_out(model)))
+                    if why is not None} if loops else {}
+        _LOOPS_OFFERED[id(model)] = (model, loops, reasons, left_out)
+    _, loops, reasons, left_out = _LOOPS_OFFERED[id(model)]
     if not loops:
         pytest.skip(f"fullgraph_generate does not support this model: {reasons}")
-    return loops, beams, drafts
+    return loops, left_out
 
 
-def _beams_run(model: PreTrainedModel) -> bool:
-    """Whether to draw beam search for this model: its own beam search runs (not for caches transformers cannot
-    reorder: rwkv, xlstm), the loop takes it, and the static cache the loop uses keeps ``generate``'s beams (some
-    models' static caches change them: the model's fault, which bench/modes.py and the beam scenarios' checks
-    report). A loop that crashes on the probe is a loop bug: that raises."""
+def _beams_left_out(model: PreTrainedModel) -> str | None:
+    """Why beam search draws cannot be checked on this model, or None: its own beam search must run (not for
+    caches transformers cannot reorder: rwkv, xlstm), the loop must take it, and the static cache the loop uses must
+    keep ``generate``'s beams (some models' static caches change them: the model's fault, which the beam scenarios'
+    checks report). A loop that crashes on the probe is a loop bug: that raises."""
     config = GenerationConfig(max_new_tokens=3, num_beams=2, pad_token_id=tiny.PAD_TOKEN_ID)
-    return _mode_runs(model, torch.tensor([[tiny.FIRST_PROMPT_ID] * 3] * 2), config)
+    return _mode_left_out(model, torch.tensor([[tiny.FIRST_PROMPT_ID] * 3] * 2), config)
 
 
-def _drafts_run(model: PreTrainedModel) -> bool:
-    """Whether to draw prompt lookup and assisted decoding: ``generate`` runs them for this model (not for
-    stateful ones), the loop takes them (its cache rolls back), and the static cache keeps ``generate``'s tokens."""
+def _drafts_left_out(model: PreTrainedModel) -> str | None:
+    """Why prompt lookup and assisted decoding draws cannot be checked: ``generate`` must run them for this model
+    (not for stateful ones), the loop must take them (its cache rolls back), and the static cache must keep
+    ``generate``'s tokens."""
     config = GenerationConfig(max_new_tokens=3, prompt_lookup_num_tokens=2, pad_token_id=tiny.PAD_TOKEN_ID)
-    return _mode_runs(model, torch.tensor([[tiny.FIRST_PROMPT_ID] * 3]), config)
+    return _mode_left_out(model, torch.tensor([[tiny.FIRST_PROMPT_ID] * 3]), config)
 
 
-def _mode_runs(model: PreTrainedModel, probe: torch.Tensor, config: GenerationConfig) -> bool:
-    """Whether ``generate`` runs the config's mode for this model, the loop takes it, and ``generate`` with the
-    static cache the loop uses gives the default tokens. A loop that crashes on the probe is a loop bug: that
-    raises."""
+def _mode_left_out(model: PreTrainedModel, probe: torch.Tensor, config: GenerationConfig) -> str | None:
+    """Why the config's mode cannot be checked on this model (``generate`` refuses or fails it, the loop refuses
+    it by name, or ``generate``'s static cache differs from its default one), or None when it can. A loop that
+    crashes on the probe is a loop bug: that raises."""
     with torch.no_grad(), model_generation_defaults(model, None):
         try:
             expected = generate_fn(model)(input_ids=probe, generation_config=config)
             static = generate_fn(model)(input_ids=probe, generation_config=static_cache_config(config))
-        except Exception:  # transformers' own run of the mode fails for this model: nothing of ours to test
-            return False
+        except Exception as error:  # transformers' own run of the mode: nothing of ours ran yet; counted and shown
+            return f"generate fails it ({type(error).__name__}: {first_line(error)})"
         try:
             fullgraph_generate(model, probe, None, config)
-        except UnsupportedGeneration:
-            return False
-    return bool(torch.equal(static, expected))
+        except UnsupportedGeneration as error:
+            return f"the loop refuses it by name ({first_line(error)})"
+    if not torch.equal(static, expected):
+        return "generate's static cache gives other tokens than its default cache"
+    return None
+
+
+def draws_line(checked: int, left_out: dict[str, int], why: dict[str, str]) -> str:
+    """How many draws a part checked, and each left-out mode with its count and reason."""
+    total = checked + sum(left_out.values())
+    line = f"{checked} of {total} draws checked"
+    if left_out:
+        line += f"; {sum(left_out.values())} left out: " + "; ".join(
+            f"{count} {mode}: {why[mode]}" for mode, count in sorted(left_out.items()))
+    return line
 
 
 def _probe_loops(model: PreTrainedModel) -> tuple[tuple[str, ...], str]:
@@ -223,8 +243,9 @@ def model_does_not_compile(model: PreTrainedModel, loop: str) -> str | None:
     """Why the plainest generation (greedy, prefill and one decode step, no padding) fails to compile in this
     loop form, or None if it compiles.
 
-    A failure there is the model's (its forward breaks; the conformance suite's decode level locates it),
-    so the compiled half of the property becomes an xfail; a failure only on a drawn case is a loop bug.
+    Only a graph break located outside pytest_fullgraph (the model's forward, transformers' code it calls: the
+    conformance suite's decode level locates it) makes the compiled half of the property an xfail; a break in our
+    loop, a compiler crash, or a failure only on a drawn case raises: a failure of the test.
     """
     probe = torch.tensor([[tiny.FIRST_PROMPT_ID] * 4] * 2)
     config = GenerationConfig(max_new_tokens=2, do_sample=False, pad_token_id=tiny.PAD_TOKEN_ID)
@@ -233,22 +254,34 @@ def model_does_not_compile(model: PreTrainedModel, loop: str) -> str | None:
         with torch.no_grad(), model_generation_defaults(model, None):
             fullgraph_generate(model, probe, None, config, loop=loop, compiler=compile_loop)
     except compile_failure_types() as error:
-        return f"{type(error).__name__}: {first_line(error)}"
+        record = record_from_exception(error)
+        if not is_graph_break(error) or fault_of_origin(record.origin) in OUR_FAULTS:
+            raise
+        return record.summary()
     return None
 
 
 @pytest.mark.parametrize("part", range(PARTS), ids=[f"part{part + 1}of{PARTS}" for part in range(PARTS)])
 def test_fullgraph_generate_matches_generate_and_compiles_exactly(fullgraph_model: PreTrainedModel,
-                                                                  fullgraph_settings: Settings, part: int) -> None:
+                                                                  fullgraph_settings: Settings, part: int,
+                                                                  record_property: Any) -> None:
+    """Every draw is checked or counted as left out with why (in JUnit's ``fullgraph_draws`` property, and listed
+    at the end of the run when any was)."""
     model = fullgraph_model
-    loops, beams, drafts = supported_loops(model)
+    loops, left_out_why = supported_loops(model)
     compile_failures: dict[str, str] = {}  # loop form -> why the model itself does not compile in it
+    checked, left_out = 0, Counter[str]()
 
     @settings(max_examples=examples(fullgraph_settings.run_slow), deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @seed(part)  # reproducible, and each part draws other examples
-    @given(case=generation_cases(vocab_size(model), loops, beams, drafts))
+    @given(case=generation_cases(vocab_size(model), loops))
     def check(case: dict[str, Any]) -> None:
+        nonlocal checked
+        if case["mode"] in left_out_why:
+            left_out[case["mode"]] += 1
+            return
+        checked += 1
         ids, mask, config, seed = case["input_ids"], case["attention_mask"], case["config"], case["seed"]
         further = draft_model(model, case["assistant"])
         with torch.no_grad(), model_generation_defaults(model, config.eos_token_id):
@@ -275,6 +308,7 @@ def test_fullgraph_generate_matches_generate_and_compiles_exactly(fullgraph_mode
             assert torch.equal(compiled, eager), f"compiled {loop} loop != eager for {config.to_diff_dict()}"
 
     check()
+    record_property(DRAWS_PROPERTY, draws_line(checked, dict(left_out), left_out_why))
     if compile_failures:
         message = (f"eager loop == generate held on every example; the model does not compile with "
                    f"fullgraph=True ({'; '.join(f'{loop}: {why}' for loop, why in compile_failures.items())}), "

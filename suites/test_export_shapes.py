@@ -11,18 +11,38 @@ import torch
 from transformers import GenerationConfig, PreTrainedModel
 
 from pytest_fullgraph.artifacts import describe_shape, fits
+from pytest_fullgraph.breaks import compile_failure_types, record_from_exception
 from pytest_fullgraph.compare import first_difference
 from pytest_fullgraph.decode import UnsupportedGeneration, export_generate
 from pytest_fullgraph.generation import generate_fn
 from pytest_fullgraph.inputs import left_padded_prompts, model_generation_defaults
 from pytest_fullgraph.modeling import vocab_size
 from pytest_fullgraph.models import tiny
+from pytest_fullgraph.report.causes import OUR_FAULTS, fault_of_origin
 from pytest_fullgraph.results import first_line
 from pytest_fullgraph.settings import Settings
 
 #: Prompt lengths per row: the export's example first, then a larger batch of shorter prompts, then longer ones.
 SHAPES = ((8, 5), (5, 2, 4), (12, 9))
 SEED = 7
+
+
+def export_limits() -> tuple[type[BaseException], ...]:
+    """What torch.export raises when traced code keeps one program from every shape: dynamo's breaks and user
+    errors (strict), a guard on a data-dependent value and a violated dynamic-shape constraint (non-strict)."""
+    from torch.fx.experimental.symbolic_shapes import ConstraintViolationError, GuardOnDataDependentSymNode
+
+    return (*compile_failure_types(), ConstraintViolationError, GuardOnDataDependentSymNode)
+
+
+def export_refusal(error: BaseException) -> str | None:
+    """What torch.export said keeps the model from one program for every shape, located (a guard, a constraint, a
+    data-dependent branch, outside pytest_fullgraph's code), or None: anything else, and anything located in our
+    loop, is a failure of the test, never the model's limit."""
+    if not isinstance(error, export_limits()):
+        return None
+    record = record_from_exception(error)
+    return None if fault_of_origin(record.origin) in OUR_FAULTS else record.summary()
 
 
 def not_dynamic(message: str, strict: bool) -> None:
@@ -49,9 +69,11 @@ def test_one_exported_program_serves_three_shapes(fullgraph_model: PreTrainedMod
                                       dynamic=True, max_prompt_length=longest, loop=loop)
         except UnsupportedGeneration as error:
             pytest.skip(f"export_generate does not support this model: {first_line(error)}")
-        except Exception as error:  # torch.export's failures vary in type (dynamo's, guards', constraints')
-            not_dynamic(f"the loop does not export with dynamic shapes: {type(error).__name__}: {first_line(error)}",
-                        fullgraph_settings.strict)
+        except export_limits() as error:
+            refusal = export_refusal(error)
+            if refusal is None:
+                raise  # in our loop: a bug of ours, with its traceback
+            not_dynamic(f"the model does not export with dynamic shapes: {refusal}", fullgraph_settings.strict)
         taken = program.artifact_metadata["inputs"]["input_ids"]["shape"]
         outside = [tuple(case["input_ids"].shape) for case in cases if not fits(case["input_ids"].shape, taken)]
         if outside:
