@@ -20,6 +20,7 @@ from typing import Any
 from pytest_fullgraph import report
 from pytest_fullgraph.cli import parser
 from pytest_fullgraph.report.html import html
+from pytest_fullgraph.report.merge import uneven_levels
 from pytest_fullgraph.report.tables import flag_text
 
 #: The status of a process that wrote to a pipe whose reader had gone (128 + SIGPIPE), as Unix tools report it.
@@ -65,6 +66,9 @@ def _main(argv: Sequence[str] | None) -> int:
             merged = report.merge((str(path), report.load(path)) for path in report.distinct(args.reports))
             for path in report.write(merged, args.output):
                 print(path)
+            uneven = uneven_levels(merged.checks)
+            if uneven:
+                print(f"levels not run for every model: {'; '.join(uneven)}")
             return 0
         return _diff(args)
     except report.ReportError as error:

@@ -229,7 +229,8 @@ def open_page(driver: Any, path: Path) -> tuple[float, list[dict[str, Any]]]:
 def matrix(tmp_path_factory: pytest.TempPathFactory, browser: Any) -> dict[str, Any]:
     """The committed 196-model matrix, merged as ``report merge`` does, its page open in the browser: the checks as
     the report's JSON has them, the load time and the console's errors."""
-    paths = sorted((REPOSITORY / "bench" / "reports").glob("matrix-*.json.gz"))
+    paths = sorted((REPOSITORY / "bench" / "reports").glob("matrix-*.json.gz")) + sorted(
+        (REPOSITORY / "bench" / "reports").glob("while-*.json.gz"))
     merged = report.merge((str(path), report.load(path)) for path in paths)
     page = tmp_path_factory.mktemp("matrix") / HTML_NAME
     page.write_text(html(merged))

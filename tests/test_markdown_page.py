@@ -14,7 +14,9 @@ from pytest_fullgraph.report.render import markdown
 from pytest_fullgraph.report.tables import grouped_sites
 from pytest_fullgraph.results import BreakRecord, CheckResult, Mismatch
 
-MERGED_PARTS = sorted((Path(__file__).parent.parent / "bench" / "reports").glob("matrix-*.json.gz"))
+#: The basic matrix's reports: every level of 196 models (matrix-a-f lacks ``while``, which while-a-f holds).
+MERGED_PARTS = sorted((Path(__file__).parent.parent / "bench" / "reports").glob("matrix-*.json.gz")) + sorted(
+    (Path(__file__).parent.parent / "bench" / "reports").glob("while-*.json.gz"))
 
 
 def a_check(model: str, outcome: str, message: str = "", level: str = "decode", scenario: str = "greedy",
@@ -33,10 +35,20 @@ def merged_196() -> report.Report:
     return report.merge([(str(path), report.load(path)) for path in MERGED_PARTS])
 
 
+def test_a_merge_that_leaves_a_report_out_says_which_level_misses_models() -> None:
+    matrix_only = [path for path in MERGED_PARTS if path.name.startswith("matrix-")]
+    if not matrix_only:
+        pytest.skip("bench/reports/matrix-*.json.gz are not in this checkout")
+    merged = report.merge([(str(path), report.load(path)) for path in matrix_only])
+    assert "**Levels not run for every model:** while: 140 of 196 models." in markdown(merged).splitlines()
+    assert "levels not run for every model: while: 140 of 196 models" in report.terminal_lines(merged)
+
+
 def test_the_196_model_page_is_short_and_starts_with_counts_that_match_the_json(merged_196: report.Report) -> None:
     page = markdown(merged_196)
     lines = page.splitlines()
     assert len({check.model for check in merged_196.checks}) == 196
+    assert "Levels not run for every model" not in page  # every basic-matrix report merged
     assert len(lines) < 250, len(lines)
     assert next(line for line in lines if line.startswith("## ")) == "## Summary"
     counts = Counter(check.outcome for check in merged_196.checks)
@@ -54,8 +66,14 @@ def test_the_196_model_page_is_short_and_starts_with_counts_that_match_the_json(
 
 def test_the_196_model_page_groups_models_errors_and_sites(merged_196: report.Report) -> None:
     page = markdown(merged_196)
-    # the 113 models whose only failure is generate's expected breaks share one folded row
-    assert "| <details><summary>113 models</summary>gemma, gemma2," in page
+    # the models whose only failure is generate's breaks (at one count of breaks each) share one folded row
+    only_generate = {model for model in {check.model for check in merged_196.checks}
+                     if all((check.outcome == "break") == (check.level == "generate")
+                            for check in merged_196.checks if check.model == model)}
+    row = next(line for line in page.splitlines()
+               if line.startswith("| <details><summary>") and "gemma, gemma2," in line)
+    folded = row.split("</summary>")[1].split("</details>")[0].split(", ")
+    assert len(folded) > 100 and set(folded) <= only_generate
     # cpmant's and dory's writes past the static cache's end are one cause, the models' fault
     cause = next(line for line in page.splitlines() if "index_copy_(): index 11 is out of bounds" in line)
     assert cause.startswith("| the model's code (transformers/models) |") and "cpmant, dory" in cause
@@ -183,3 +201,10 @@ def test_groups_follow_the_fault_order_then_size() -> None:
               a_check("c", "error", "nothing was compiled: transformers ran level 'forward' eagerly")]
     groups = group(checks, error_key, with_fault=True)
     assert [(found.fault, found.models) for found in groups] == [("model", ["b"]), ("transformers", ["a", "c"])]
+
+
+def test_the_pages_length_quoted_in_the_docs_is_the_merged_runs(merged_196: report.Report) -> None:
+    length = len(markdown(merged_196).splitlines())
+    root = Path(__file__).parent.parent
+    assert f"(the merged 196-model run is {length} lines;" in (root / "README.md").read_text()
+    assert f"merged 196-model run: {length} lines)" in (root / "docs" / "reports.md").read_text()

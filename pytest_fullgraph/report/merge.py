@@ -67,6 +67,18 @@ def merge(reports: Iterable[tuple[str, Report]]) -> Report:
                   stored_help)
 
 
+def uneven_levels(checks: Iterable[CheckResult]) -> list[str]:
+    """``while: 140 of 196 models`` for each level that not every model of the report was checked at, in the order
+    the levels first appear: a merge that left out a report (or a run that selected levels per model) says so."""
+    models_at: dict[str, set[str]] = {}
+    models: set[str] = set()
+    for result in checks:
+        models_at.setdefault(result.level, set()).add(result.model)
+        models.add(result.model)
+    return [f"{level}: {len(found)} of {len(models)} models" for level, found in models_at.items()
+            if len(found) < len(models)]
+
+
 def _check_same_configuration(source: str, environment: dict[str, Any], first: dict[str, Any]) -> None:
     for name in MUST_MATCH:
         value, earlier = _normalized(name, environment.get(name)), _normalized(name, first.get(name))

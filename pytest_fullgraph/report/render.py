@@ -10,6 +10,7 @@ from typing import Any
 from pytest_fullgraph.builtin_levels import BUILTIN_LEVEL_NAMES
 from pytest_fullgraph.report import sections
 from pytest_fullgraph.report.gate import diff
+from pytest_fullgraph.report.merge import uneven_levels
 from pytest_fullgraph.report.schema import Report
 from pytest_fullgraph.report.tables import (
     DTYPE_ORDER,
@@ -87,6 +88,9 @@ def _header(report: Report, checks: list[CheckResult]) -> list[str]:
     if env.get("shards_missing"):
         lines += [f"**Incomplete:** shard(s) {', '.join(env['shards_missing'])} of this run are missing from the "
                   "merged report.", ""]
+    uneven = uneven_levels(checks)
+    if uneven:
+        lines += [f"**Levels not run for every model:** {'; '.join(uneven)}.", ""]
     if report.interrupted:
         lines += [f"**Incomplete:** the run was interrupted ({report.interruption()}); checks "
                   "that had not finished are missing from this report.", ""]

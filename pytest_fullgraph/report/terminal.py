@@ -8,6 +8,7 @@ from collections import Counter
 
 from pytest_fullgraph.report.audit import disagreements, model_summaries
 from pytest_fullgraph.report.known_issues import by_issue
+from pytest_fullgraph.report.merge import uneven_levels
 from pytest_fullgraph.report.schema import Report
 from pytest_fullgraph.report.tables import (
     break_label,
@@ -44,6 +45,9 @@ def terminal_lines(report: Report, top_sites: int = 5) -> list[str]:
     widths = [max(len(str(row[i])) for row in [["model", *headers], *table]) for i in range(len(headers) + 1)]
     lines = ["  ".join(text.ljust(widths[i]) for i, text in enumerate(row)).rstrip()
              for row in [["model", *headers], *table]]
+    uneven = uneven_levels(checks)
+    if uneven:
+        lines.append(f"levels not run for every model: {'; '.join(uneven)}")
     sites = grouped_sites(checks)[:top_sites]
     if sites:
         help_by_id = report.break_help()
