@@ -332,3 +332,30 @@ def test_the_readme_tables_quote_the_findings_page() -> None:
     for key, cells in readme.items():
         assert key in page, f"README's row {key[1]} ({', '.join(key[0])}) is not in {PAGE}"
         assert cells == page[key], f"README's row {key[1]} ({', '.join(key[0])}) differs from {PAGE}"
+
+
+def test_the_pages_that_quote_a_report_set_carry_its_provenance_line() -> None:
+    """README and what-it-finds quote the counts of the basic matrix, the modes and the exporters: each carries the
+    line FINDINGS.md generates for that set (how many commits, how many reruns), word for word."""
+    lines = [line for line in (REPOSITORY / PAGE).read_text().splitlines() if line.startswith("Provenance: ")]
+    assert len(lines) == 3
+    for page in ("README.md", "docs/what-it-finds.md"):
+        text = " ".join((REPOSITORY / page).read_text().split())
+        for line in lines:
+            assert line in text, f"{page} lacks {PAGE}'s line: {line}"
+
+
+def test_provenance_counts_commits_reruns_and_rejudged_checks() -> None:
+    from pytest_fullgraph.report.provenance import provenance
+
+    first = Report({"git_revision": "a" * 40, "replaced_checks": [
+        {"by": "rerun at bbbbbbb: a fix", "count": 3, "model": "x"}, {"by": "reworded", "count": 1, "model": "y"}],
+        "rejudged_checks": [{"rule": "r", "at": "ccccccc", "count": 2, "checks": []}]}, [])
+    second = Report({"git_revision": ["a" * 40, "d" * 40]}, [])
+    found = provenance([first, second])
+    assert (sorted(found.commits), found.rerun, found.rerun_unnamed, found.rejudged) == (
+        ["aaaaaaa", "bbbbbbb", "ddddddd"], 4, 1, 2)
+    assert found.line() == ("Provenance: 0 checks from 3 commit(s) (each report's run and the reruns it records); 4 of "
+                            "them rerun later and swapped in by id (1 of them at a commit not recorded) "
+                            "(`environment.replaced_checks`); 2 re-judged from their records under a later rule "
+                            "(`environment.rejudged_checks`).")

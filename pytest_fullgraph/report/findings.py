@@ -24,6 +24,7 @@ from typing import Any
 from pytest_fullgraph.report import JSON_NAME, Report, ReportError, distinct, load, merge, write_atomic
 from pytest_fullgraph.report.audit import disagreements, model_summaries
 from pytest_fullgraph.report.known_issues import known_of
+from pytest_fullgraph.report.provenance import provenance
 from pytest_fullgraph.report.releases import level_order, release_section
 from pytest_fullgraph.report.render import feature_level_table
 from pytest_fullgraph.report.sections import errors
@@ -156,6 +157,7 @@ def run_section(run: Sequence[tuple[str, Report]], sites: int = DEFAULT_SITES) -
     lines = [f"## {len(checks)} checks of {len(models)} models", "",
              f"{_configuration(merged.environment)}; scenarios {', '.join(scenarios)}. From "
              f"{', '.join(f'`{source}`' for source, _ in run)}.", "",
+             provenance(report for _, report in run).line(), "",
              "### Outcomes per level", "", *outcome_tables(checks, levels)]
     lines += ["", *scenario_dependence(checks)]
     lines += ["", "### Break sites shared by the most models", "", *site_table(checks, sites)]
@@ -201,6 +203,7 @@ def further_run_section(label: str, run: Sequence[tuple[str, Report]], sites: in
     lines = [f"## `{label}`: {len(checks)} checks of {len(models)} models", "",
              f"{_configuration(merged.environment)}; scenarios {', '.join(scenarios)}. From "
              f"{', '.join(f'`{source}`' for source, _ in run)}.", "",
+             provenance(report for _, report in run).line(), "",
              "### Outcomes per level", "", *outcome_tables(checks, level_order(checks)),
              "", "### Generation features x levels", "", *feature_level_table(merged, checks)]
     lines += ["", *(errors(merged, checks, heading="###") or ["### Errors by cause", "", "No errors."])]

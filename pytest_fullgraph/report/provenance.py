@@ -1,0 +1,66 @@
+"""Where a set of committed reports' checks come from: how many commits ran them, and how many were rerun later and
+swapped in, or re-judged from their records. Read from the reports themselves (each one's ``git_revision``, its
+``replaced_checks`` and ``rejudged_checks``), so a page that quotes a report set says it without anyone counting.
+No torch import.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_fullgraph.report.schema import Report
+
+#: A commit named in a rerun's description ("rerun at f5703ca: ...", "(code of d42a90a: ...)").
+_COMMIT = re.compile(r"\b[0-9a-f]{7,40}\b")
+#: How many leading hex digits tell two commits apart here.
+SHORT = 7
+
+
+@dataclass
+class Provenance:
+    """The commits behind a report set's checks, and the checks that are not from the run that wrote their file."""
+
+    checks: int = 0
+    commits: set[str] = field(default_factory=set)
+    rerun: int = 0
+    #: reruns whose description names no commit
+    rerun_unnamed: int = 0
+    rejudged: int = 0
+
+    def line(self) -> str:
+        """One sentence for the pages that quote the set."""
+        unnamed = f" ({self.rerun_unnamed} of them at a commit not recorded)" if self.rerun_unnamed else ""
+        rejudged = (f"; {self.rejudged} re-judged from their records under a later rule "
+                    "(`environment.rejudged_checks`)") if self.rejudged else ""
+        return (f"Provenance: {self.checks} checks from {len(self.commits)} commit(s) (each report's run and the "
+                f"reruns it records); {self.rerun} of them rerun later and swapped in by id"
+                f"{unnamed} (`environment.replaced_checks`){rejudged}.")
+
+
+def _commits_of(revision: Any) -> set[str]:
+    values = revision if isinstance(revision, list) else [revision]
+    return {str(value)[:SHORT] for value in values if value}
+
+
+def provenance(reports: Iterable[Report]) -> Provenance:
+    """The provenance of ``reports`` taken together (read before merging: merging folds their records)."""
+    found = Provenance()
+    for report in reports:
+        environment = report.environment
+        found.checks += len(report.checks)
+        found.commits |= _commits_of(environment.get("git_revision"))
+        for rerun in _records(environment.get("replaced_checks")):
+            named = {commit[:SHORT] for commit in _COMMIT.findall(str(rerun.get("by", "")))}
+            found.commits |= named
+            found.rerun += int(rerun.get("count", 0))
+            found.rerun_unnamed += 0 if named else int(rerun.get("count", 0))
+        for rejudged in _records(environment.get("rejudged_checks")):
+            found.rejudged += int(rejudged.get("count", 0))
+    return found
+
+
+def _records(value: Any) -> Sequence[dict[str, Any]]:
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
