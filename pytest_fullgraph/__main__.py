@@ -62,6 +62,10 @@ def _main(argv: Sequence[str] | None) -> int:
             return _findings(args)
         if args.report_command == "upstream":
             return _upstream(args)
+        if args.report_command == "recheck":
+            from pytest_fullgraph.recheck import run as recheck
+
+            return recheck(args.reports, args.sample, args.seed, args.json)
         if args.report_command == "merge":
             merged = report.merge((str(path), report.load(path)) for path in report.distinct(args.reports))
             for path in report.write(merged, args.output):

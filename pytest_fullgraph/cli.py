@@ -36,6 +36,10 @@ two were made with other settings (without --allow-settings). examples:
     "upstream": """example:
   python -m pytest_fullgraph repro bench/reports/matrix-*.json.gz cpmant mpt -o repros
   python -m pytest_fullgraph report upstream bench/reports/matrix-*.json.gz --repros repros -o drafts""",
+    "recheck": """exit 0: every drawn check gives its recorded outcome and first break site again, 1: one differs,
+2: a report cannot be read or was recorded with other torch or transformers releases. examples:
+  python -m pytest_fullgraph report recheck bench/reports/*.json.gz bench/reports/*/*.json.gz --sample 40 --seed 1
+  python -m pytest_fullgraph report recheck merged/fullgraph-report.json --sample 5 --json recheck.json""",
     "models": """examples:
   python -m pytest_fullgraph models llama,gemma
   python -m pytest_fullgraph models 'tag:moe' --no-build --json
@@ -76,6 +80,17 @@ def version_text() -> str:
             f"(torch {installed('torch')}, transformers {installed('transformers')})")
 
 
+def _positive(text: str) -> int:
+    """A positive integer, or argparse's one-line error naming the value."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return value
+
+
 def _prog() -> str:
     """The name the user typed: the console script, or ``python -m pytest_fullgraph``."""
     return SCRIPT if Path(sys.argv[0]).name == SCRIPT else PROG
@@ -98,7 +113,7 @@ def parser() -> argparse.ArgumentParser:
     top.set_defaults(help=top.format_help)
     commands = top.add_subparsers(dest="command", metavar="COMMAND")
     report_parser = _command(commands, "report", "Reports: merge, diff, collate (CI's last job), findings "
-                                                 "(docs/FINDINGS.md); plain or gzipped JSON")
+                                                 "(docs/FINDINGS.md), upstream, recheck; plain or gzipped JSON")
     report_parser.set_defaults(help=report_parser.format_help)
     report_commands = report_parser.add_subparsers(dest="report_command", metavar="SUBCOMMAND")
     merge = _command(report_commands, "merge", "Merge shard reports into one JSON, Markdown and HTML report")
@@ -137,6 +152,12 @@ def parser() -> argparse.ArgumentParser:
     upstream.add_argument("-o", "--output", required=True, metavar="DIR", help="Directory for the drafts")
     upstream.add_argument("--repros", default=None, metavar="DIR",
                           help="A `repro` output directory: its scripts go into the drafts they reproduce")
+    recheck = _command(report_commands, "recheck", "Rerun a random sample of recorded checks with the current code; "
+                                                   "list each whose outcome or first break site differs")
+    recheck.add_argument("reports", nargs="+", metavar="REPORT.json")
+    recheck.add_argument("--sample", type=_positive, required=True, metavar="N", help="How many checks to draw")
+    recheck.add_argument("--seed", type=int, default=0, metavar="S", help="The draw's seed (default: 0)")
+    recheck.add_argument("--json", default=None, metavar="FILE", help="Also write every rechecked check to FILE")
     _command(commands, "versions", "key=torch<v>-transformers<v>-py<v> and each version, one per line "
                                    "(CI's compile-cache key; imports torch)")
     models = _command(

@@ -19,8 +19,8 @@ import yaml
 REPOSITORY = Path(__file__).resolve().parents[1]
 WORKFLOW = REPOSITORY / ".github" / "workflows" / "fullgraph.yml"
 #: What a dry run puts for the workflow's expressions and variables.
-SAMPLE_VALUES = {"matrix.shard": "1", "matrix.torch": "2.13.0", "inputs.models || 'all'": "llama,gemma",
-                 "inputs.models || 'popular'": "llama,gemma"}
+SAMPLE_VALUES = {"matrix.shard": "1", "matrix.torch": "2.13.0", "github.run_number": "7",
+                 "inputs.models || 'all'": "llama,gemma", "inputs.models || 'popular'": "llama,gemma"}
 
 
 def workflow() -> dict[Any, Any]:
@@ -102,6 +102,13 @@ def test_every_command_names_options_and_entry_points_that_exist(job: str, line:
             assert "tests/test_artifacts.py::" in completed.stdout
             return
         assert "test_generation_compiles_exactly" in completed.stdout
+    elif "recheck" in argv:  # rerunning 20 checks is the weekly job's; its options and reports must exist
+        from pytest_fullgraph.cli import parser
+
+        expanded = [str(path) for arg in argv[3:] for path in (sorted(REPOSITORY.glob(arg)) if "*" in arg else [arg])]
+        arguments = parser().parse_args(expanded)
+        assert arguments.report_command == "recheck" and arguments.sample == 20
+        assert len(arguments.reports) > 50 and all(Path(path).is_file() for path in arguments.reports)
     else:
         completed = subprocess.run([sys.executable, *argv[1:]], cwd=tmp_path, env=env, capture_output=True,
                                    text=True, check=False, timeout=300)

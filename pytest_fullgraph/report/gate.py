@@ -71,16 +71,17 @@ _SETTING_NAMES = {"torch": "torch release", "transformers": "transformers releas
                   "attn_implementation": "attention implementation"}
 
 
-def settings_differences(baseline: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """``name: 'a' in the baseline, 'b' in this run`` for each setting of ``SETTINGS`` the two environments differ
-    in; a setting one of them does not record (an older report) is not compared."""
+def settings_differences(baseline: dict[str, Any], current: dict[str, Any],
+                         sides: tuple[str, str] = ("in the baseline", "in this run")) -> list[str]:
+    """``name: 'a' in the baseline, 'b' in this run`` (``sides`` names the two) for each setting of ``SETTINGS`` the
+    two environments differ in; a setting one of them does not record (an older report) is not compared."""
     found = []
     for name, compared in SETTINGS.items():
         if name not in baseline or name not in current:
             continue
         before, after = baseline[name], current[name]
         if compared(before) != compared(after):
-            found.append(f"{_SETTING_NAMES.get(name, name)}: {before!r} in the baseline, {after!r} in this run")
+            found.append(f"{_SETTING_NAMES.get(name, name)}: {before!r} {sides[0]}, {after!r} {sides[1]}")
     return found
 
 

@@ -1,0 +1,85 @@
+"""``report recheck``: recorded checks rerun with the current code, each difference from the record listed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+
+from pytest_fullgraph import report
+from pytest_fullgraph.recheck import Drawn, draw, pytest_arguments
+from pytest_fullgraph.results import BreakRecord, CheckResult
+
+ENVIRONMENT = {"torch": torch.__version__, "transformers": transformers.__version__, "backend": "eager",
+               "max_new_tokens": 2, "breaks": "all", "device": "cpu", "run_slow": False}
+
+
+def a_check(scenario: str, outcome: str, level: str = "decode") -> CheckResult:
+    record = BreakRecord("torch._dynamo.exc.Unsupported", "Data-dependent branching", "GB0170", "m",
+                         "transformers/models/llama/modeling_llama.py", 7, "forward", "if x:", "model")
+    return CheckResult("llama", scenario, level, "eager", 2, outcome, "why",
+                       first_break=record if outcome == "break" else None)
+
+
+def saved(tmp_path: Path, checks: list[CheckResult], **environment: object) -> Path:
+    report.write(report.Report({**ENVIRONMENT, **environment}, checks), tmp_path)
+    return tmp_path / report.JSON_NAME
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pytest_fullgraph", "report", "recheck", *args],
+                          capture_output=True, text=True, check=False)
+
+
+def test_a_check_as_recorded_is_the_same_and_one_recorded_otherwise_differs(tmp_path: Path) -> None:
+    """llama's greedy decode passes; a record saying it breaks is listed as differing, and the command exits 1."""
+    path = saved(tmp_path, [a_check("greedy", "pass"), a_check("sample", "break")])
+    completed = cli(str(path), "--sample", "2", "--json", str(tmp_path / "recheck.json"))
+    assert completed.returncode == 1, completed.stdout + completed.stderr
+    lines = completed.stdout.splitlines()
+    assert f"SAME {path} llama-greedy-decode-float32: pass" in " ".join(lines)
+    assert (f"DIFFERS {path} llama-sample-decode-float32: recorded break at "
+            "transformers/models/llama/modeling_llama.py:7 (Data-dependent branching), now pass: ") in " ".join(lines)
+    assert lines[-1] == "2 recorded check(s) rechecked (seed 0): 1 differ"
+    written = json.loads((tmp_path / "recheck.json").read_text())
+    assert [each["differs"] == "" for each in written["rechecked"]].count(True) == 1
+
+
+def test_the_draw_is_seeded_and_the_rerun_uses_the_recorded_settings(tmp_path: Path) -> None:
+    path = saved(tmp_path, [a_check(scenario, "pass") for scenario in ("greedy", "sample", "eos", "padded")],
+                 run_slow=True, attn_implementation="eager")
+    first, again = draw([str(path)], 2, seed=5), draw([str(path)], 2, seed=5)
+    assert [d.result.key for d in first] == [d.result.key for d in again]
+    arguments = pytest_arguments(Drawn(str(path), report.load(path).environment, a_check("eos", "pass")), Path("r"))
+    assert {"--fullgraph-models=llama", "--fullgraph-scenarios=eos", "--fullgraph-levels=decode",
+            "--fullgraph-backend=eager", "--fullgraph-max-new-tokens=2", "--fullgraph-breaks=all",
+            "--fullgraph-attn=eager", "--run-slow", "--fullgraph-report=r"} <= set(arguments)
+
+
+def test_a_report_of_other_releases_is_refused_in_one_line(tmp_path: Path) -> None:
+    """Rechecking a record of torch 2.11 with torch 2.13 installed would measure 2.13, not the record."""
+    path = saved(tmp_path, [a_check("greedy", "pass")], torch="2.11.0")
+    completed = cli(str(path), "--sample", "1")
+    assert completed.returncode == 2 and completed.stdout == ""
+    assert completed.stderr.strip() == (f"pytest_fullgraph: error: {path}: recorded with other releases than "
+                                        f"installed (torch release: '2.11.0' recorded, '{torch.__version__}' "
+                                        "installed): recheck it in an environment of the recorded releases")
+
+
+@pytest.mark.parametrize(("arguments", "error"), [
+    (["--sample", "3"], "{path}: --sample 3: the reports hold 1 checks"),
+    (["--sample", "0"], None),
+])
+def test_bad_input_is_one_line(tmp_path: Path, arguments: list[str], error: str | None) -> None:
+    path = saved(tmp_path, [a_check("greedy", "pass")])
+    completed = cli(str(path), *arguments)
+    assert completed.returncode == 2
+    if error is None:
+        assert completed.stderr.strip().endswith("argument --sample: '0' is not a positive integer")
+    else:
+        assert completed.stderr.strip() == "pytest_fullgraph: error: " + error.format(path=path).split(": ", 1)[1]
