@@ -1,0 +1,80 @@
+"""Numbers the docs quote in prose, each computed here from docs/FINDINGS.md (which a test regenerates byte for byte
+from the committed reports): a rerun that changes one fails until the sentence says it too."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.test_findings import feature_rows
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+FINDINGS = (REPOSITORY / "docs" / "FINDINGS.md").read_text()
+MODES = ("forward", "generate", "decode", "export", "while")
+LOOP_LEVELS = ("decode", "export", "while")
+
+
+def prose(page: str) -> str:
+    """A page with its line breaks as spaces, so a quoted sentence is found however it wraps."""
+    return " ".join((REPOSITORY / page).read_text().split())
+
+
+def count(cell: str, mark: str) -> int:
+    found = re.search(rf"{mark} (\d+)", cell)
+    return int(found.group(1)) if found else 0
+
+
+def cells(scenario: str) -> dict[str, str]:
+    return dict(zip(MODES, feature_rows(FINDINGS)[MODES, scenario], strict=True))
+
+
+def passing(scenarios: tuple[str, ...]) -> list[int]:
+    return [count(cells(scenario)[level], "✅") for scenario in scenarios for level in LOOP_LEVELS]
+
+
+BEAM, DRAFT = ("beam", "beam_sample", "beam_eos"), ("prompt_lookup", "assisted", "assisted_sample")
+
+
+def test_readme_quotes_the_modes_ranges_and_the_beam_forward_errors() -> None:
+    beams, drafts = passing(BEAM), passing(DRAFT)
+    text = prose("README.md")
+    assert (f"for beam search on {min(beams)} to {max(beams)} models and for the draft modes on {min(drafts)} to "
+            f"{max(drafts)}") in text
+    assert f"the {count(cells('beam')['forward'], '💥')} errors say so" in text
+
+
+def test_what_it_finds_quotes_each_loop_levels_exact_models_per_mode() -> None:
+    text = prose("docs/what-it-finds.md")
+    beam, sample, eos = (passing((scenario,)) for scenario in BEAM)
+    assert (f"for beam search on {beam[0]} models at `decode`, {beam[1]} at `export`, {beam[2]} in the `while` form; "
+            f"beam sampling {' / '.join(map(str, sample))}; beam search with EOS and two sequences returned "
+            f"{' / '.join(map(str, eos))}") in text
+    lookup, assisted, speculative = (set(passing((scenario,))) for scenario in DRAFT)
+    assert len(lookup) == len(assisted) == len(speculative) == 1, "the draft modes' sentence assumes one count each"
+    assert (f"prompt lookup {lookup.pop()} at each, assisted decoding {assisted.pop()} and speculative sampling "
+            f"{speculative.pop()}") in text
+    forward = {scenario: count(cells(scenario)["forward"], "✅") for scenario in ("prompt_lookup", "assisted")}
+    assert f"it is exact on {forward['prompt_lookup']} (prompt lookup) and {forward['assisted']} (assisted)" in text
+    breaking = [count(cells(scenario)["generate"], "⛔") for scenario in (*BEAM, *DRAFT)]
+    assert f"({min(breaking)} to {max(breaking)} models by mode;" in text
+
+
+def model_counts(level: str) -> dict[str, int]:
+    """The basic matrix's models by outcome at ``level`` (FINDINGS' first "over models" table)."""
+    table = FINDINGS.split("The same over models", 1)[1]
+    row = next(line for line in table.splitlines() if line.startswith(f"| `{level}` |"))
+    numbers = [int(cell) for cell in row.strip("|").split("|")[1:]]
+    return dict(zip(("models", "pass", "skip", "nondeterministic", "break", "mismatch", "error"), numbers,
+                    strict=True))
+
+
+@pytest.mark.parametrize(("level", "sentence"), [
+    ("forward", "`forward` (transformers' compiled forward inside `generate`): {pass} one graph with eager's tokens, "
+                "{break} break, {error} error, {skip} skipped with their reasons."),
+    ("decode", "`decode` (the model's forward inside our one-graph loop): {pass} pass, {break} break, {error} error, "
+               "{skip} skipped."),
+])
+def test_what_it_finds_quotes_the_basic_matrix_per_level(level: str, sentence: str) -> None:
+    assert sentence.format(**model_counts(level)) in prose("docs/what-it-finds.md")
