@@ -98,18 +98,30 @@ def describe(result: CheckResult | None) -> str:
     return result.outcome + (f" at {site[0][0]} ({site[0][1]})" if site else "")
 
 
+def rerun_result(drawn: Drawn) -> CheckResult | str | None:
+    """The drawn check run again in its own pytest process: its result, None when the run wrote none, or "timeout"."""
+    with tempfile.TemporaryDirectory(prefix="fullgraph-recheck-") as directory:
+        try:
+            subprocess.run([sys.executable, *pytest_arguments(drawn, Path(directory))], capture_output=True, text=True,
+                           timeout=PROCESS_TIMEOUT_S, check=False)
+        except subprocess.TimeoutExpired:
+            return "timeout"
+        return _rerun_result(Path(directory) / report.JSON_NAME, drawn.result)
+
+
+def rerun(drawn: Drawn) -> str:
+    """The outcome of one more draw of the check: its outcome, "timeout", or "missing" when it wrote no result."""
+    found = rerun_result(drawn)
+    return found if isinstance(found, str) else found.outcome if found is not None else "missing"
+
+
 def recheck_one(drawn: Drawn) -> Rechecked:
     """Rerun one check in its own pytest process and compare it with its record."""
-    with tempfile.TemporaryDirectory(prefix="fullgraph-recheck-") as directory:
-        arguments = pytest_arguments(drawn, Path(directory))
-        command = shlex.join(["python", *pytest_arguments(drawn, Path("recheck-report"))])
-        try:
-            subprocess.run([sys.executable, *arguments], capture_output=True, text=True, timeout=PROCESS_TIMEOUT_S,
-                           check=False)
-        except subprocess.TimeoutExpired:
-            return Rechecked(drawn.source, drawn.result.check_id, describe(drawn.result), "timeout",
-                             f"its rerun ran past {PROCESS_TIMEOUT_S} s", command)
-        found = _rerun_result(Path(directory) / report.JSON_NAME, drawn.result)
+    command = shlex.join(["python", *pytest_arguments(drawn, Path("recheck-report"))])
+    found = rerun_result(drawn)
+    if isinstance(found, str):
+        return Rechecked(drawn.source, drawn.result.check_id, describe(drawn.result), "timeout",
+                         f"its rerun ran past {PROCESS_TIMEOUT_S} s", command)
     recorded, now = describe(drawn.result), describe(found)
     differs = "" if recorded == now else f"recorded {recorded}, now {now}" + (
         f": {found.headline()}" if found is not None else " (the rerun wrote no report)")

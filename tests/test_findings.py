@@ -359,3 +359,19 @@ def test_provenance_counts_commits_reruns_and_rejudged_checks() -> None:
                             "them rerun later and swapped in by id (1 of them at a commit not recorded) "
                             "(`environment.replaced_checks`); 2 re-judged from their records under a later rule "
                             "(`environment.rejudged_checks`).")
+
+
+def test_a_level_drawn_three_times_is_counted_as_pass_fails_or_varies() -> None:
+    from pytest_fullgraph.report.provenance import draws_table
+
+    checks = [CheckResult(model, "greedy", "hf_executorch", "aot_eager", 4, outcome)
+              for model, outcome in (("a", "pass"), ("b", "error"), ("c", "error"), ("d", "error"))]
+    drawn = {"level": "hf_executorch", "draws": 3, "by": "x", "checks": {
+        "b-greedy-hf_executorch-float32": ["error", "error", "error"],
+        "c-greedy-hf_executorch-float32": ["error", "pass", "error"],
+        "d-greedy-hf_executorch-float32": ["error", "pass", "pass"]}}
+    assert draws_table([Report({"draws": [drawn]}, checks)]) == [
+        "| level | checks | pass at once | fail all 3 draws | varies (1 of 3) | varies (2 of 3) |",
+        "|---|---|---|---|---|---|",
+        "| `hf_executorch` | 4 | 1 | 1 | 1 | 1 |"]
+    assert draws_table([Report({}, checks)]) == []

@@ -24,7 +24,7 @@ from typing import Any
 from pytest_fullgraph.report import JSON_NAME, Report, ReportError, distinct, load, merge, write_atomic
 from pytest_fullgraph.report.audit import disagreements, model_summaries
 from pytest_fullgraph.report.known_issues import known_of
-from pytest_fullgraph.report.provenance import provenance
+from pytest_fullgraph.report.provenance import draws_table, provenance
 from pytest_fullgraph.report.releases import level_order, release_section
 from pytest_fullgraph.report.render import feature_level_table
 from pytest_fullgraph.report.sections import errors
@@ -204,8 +204,12 @@ def further_run_section(label: str, run: Sequence[tuple[str, Report]], sites: in
              f"{_configuration(merged.environment)}; scenarios {', '.join(scenarios)}. From "
              f"{', '.join(f'`{source}`' for source, _ in run)}.", "",
              provenance(report for _, report in run).line(), "",
-             "### Outcomes per level", "", *outcome_tables(checks, level_order(checks)),
-             "", "### Generation features x levels", "", *feature_level_table(merged, checks)]
+             "### Outcomes per level", "", *outcome_tables(checks, level_order(checks))]
+    drawn = draws_table(report for _, report in run)
+    if drawn:
+        lines += ["", "Levels whose outcomes vary from run to run, each check that did not pass drawn again "
+                  "(`bench/draws.py`, `environment.draws`):", "", *drawn]
+    lines += ["", "### Generation features x levels", "", *feature_level_table(merged, checks)]
     lines += ["", *(errors(merged, checks, heading="###") or ["### Errors by cause", "", "No errors."])]
     lines += ["", "### Break sites shared by the most models", "", *site_table(checks, sites)]
     return [*lines, "", "### Mismatches", "", *outcome_lines(checks, MISMATCH)]

@@ -64,3 +64,29 @@ def provenance(reports: Iterable[Report]) -> Provenance:
 
 def _records(value: Any) -> Sequence[dict[str, Any]]:
     return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def draws_table(reports: Iterable[Report]) -> list[str]:
+    """Per level drawn more than once (``environment.draws``, ``bench/draws.py``): its checks that pass at once, fail
+    every draw, or vary (passing k of N draws); [] when no report holds draws."""
+    outcomes: dict[str, dict[str, list[str]]] = {}
+    total: dict[str, int] = {}
+    draws: dict[str, int] = {}
+    for report in reports:
+        for entry in _records(report.environment.get("draws")):
+            level = str(entry.get("level"))
+            draws[level] = max(draws.get(level, 0), int(entry.get("draws", 0)))
+            outcomes.setdefault(level, {}).update(entry.get("checks") or {})
+        for result in report.checks:
+            total[result.level] = total.get(result.level, 0) + 1
+    lines = []
+    for level, checks in sorted(outcomes.items()):
+        passes = [sum(outcome == "pass" for outcome in each) for each in checks.values()]
+        varying = range(1, draws[level])
+        header = ["level", "checks", "pass at once", f"fail all {draws[level]} draws",
+                  *(f"varies ({k} of {draws[level]})" for k in varying)]
+        row = [f"`{level}`", total.get(level, 0), total.get(level, 0) - len(checks), passes.count(0),
+               *(passes.count(k) for k in varying)]
+        lines += ["| " + " | ".join(header) + " |", "|---" * len(header) + "|",
+                  "| " + " | ".join(map(str, row)) + " |", ""]
+    return lines[:-1]
