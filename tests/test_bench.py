@@ -147,3 +147,38 @@ def test_the_modes_survey_refuses_a_bad_selection_in_one_line_before_any_model_r
         modes.main()
     err = capsys.readouterr().err
     assert exited.value.code == 2 and err.count("\n") == 1 and named in err, err
+
+
+def test_replace_swaps_a_reruns_checks_in_by_id_and_records_them_per_model() -> None:
+    from pytest_fullgraph import report
+    from pytest_fullgraph.results import CheckResult
+
+    replace = _bench_module("replace")
+    old = [CheckResult(model, "greedy", "hf_executorch", "aot_eager", 4, "error") for model in ("a", "b")]
+    target = report.Report({"replaced_checks": [{"by": "earlier", "count": 1, "model": "a"}]}, old)
+    rerun = report.Report({}, [CheckResult("b", "greedy", "hf_executorch", "aot_eager", 4, "pass")])
+    assert replace.replace(target, rerun, "pytest ... (abc1234: why)") == {"b": 1}
+    assert [result.outcome for result in target.checks] == ["error", "pass"]
+    assert target.environment["replaced_checks"][-1] == {"by": "pytest ... (abc1234: why)", "count": 1, "model": "b"}
+    stray = report.Report({}, [CheckResult("z", "greedy", "hf_executorch", "aot_eager", 4, "pass")])
+    with pytest.raises(report.ReportError, match="the rerun holds checks the report does not: "):
+        replace.replace(target, stray, "x")
+
+
+def test_rejudge_turns_a_crash_away_from_the_break_into_torchs_error() -> None:
+    from pytest_fullgraph.results import BreakRecord, CheckResult
+
+    rejudge = _bench_module("rejudge")
+    cause = BreakRecord("torch._dynamo.exc.Unsupported", "Data dependent operator", "GB0033", "m",
+                        "transformers/models/mvp/modeling_mvp.py", 80, "forward", "x", "model")
+    message = (f"{cause.summary()} (with fullgraph=True the compiler crashed instead: InternalTorchDynamoError at "
+               "pytest_fullgraph/decode.py:319 in fullgraph_generate (loop): PendingUnbackedSymbolNotFound: u0)")
+    result = CheckResult("mvp", "greedy", "decode", "aot_eager", 4, "break", message, first_break=cause,
+                         breaks=[cause])
+    assert rejudge.rejudge(result)
+    assert result.outcome == "error" and result.first_break is not None
+    assert (result.first_break.where(), result.first_break.origin) == ("pytest_fullgraph/decode.py:319", "torch")
+    assert result.message == ("InternalTorchDynamoError at pytest_fullgraph/decode.py:319 in fullgraph_generate "
+                              "(torch): PendingUnbackedSymbolNotFound: u0 (also breaks at "
+                              "transformers/models/mvp/modeling_mvp.py:80: Data dependent operator (model))")
+    assert not rejudge.rejudge(result)  # once judged, nothing more to do

@@ -1,0 +1,51 @@
+"""Swap a rerun's checks into a committed report by id, and record it in ``environment.replaced_checks``.
+
+After a code change, rerun every check of the affected level in the shard (never only the failures: see
+docs/development.md, "Committed data"), then::
+
+    python bench/replace.py bench/reports/hf/hf-a.json.gz rerun/fullgraph-report.json --by "pytest ... (<commit>: why)"
+
+Each rerun check must be in the report already (a rerun adds nothing new); each model's count is recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+from collections import Counter
+from pathlib import Path
+
+from pytest_fullgraph import report
+
+
+def replace(target: report.Report, rerun: report.Report, by: str) -> Counter[str]:
+    """``target`` with ``rerun``'s checks in place of its own, by key; the count per model."""
+    position = {result.key: index for index, result in enumerate(target.checks)}
+    unknown = [result.check_id for result in rerun.checks if result.key not in position]
+    if unknown:
+        raise report.ReportError(f"the rerun holds checks the report does not: {', '.join(unknown[:5])}")
+    counts: Counter[str] = Counter()
+    for result in rerun.checks:
+        target.checks[position[result.key]] = result
+        counts[result.model] += 1
+    target.environment.setdefault("replaced_checks", []).extend(
+        {"by": by, "count": count, "model": model} for model, count in sorted(counts.items()))
+    return counts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("report", type=Path, help="The committed report (.json or .json.gz), rewritten in place")
+    parser.add_argument("rerun", type=Path, help="The rerun's fullgraph-report.json")
+    parser.add_argument("--by", required=True, help="The command and commit of the rerun, and why")
+    args = parser.parse_args()
+    target = report.load(args.report)
+    counts = replace(target, report.load(args.rerun), args.by)
+    text = json.dumps(target.to_dict(), indent=2, sort_keys=True) + "\n"
+    args.report.write_bytes(gzip.compress(text.encode(), mtime=0) if args.report.suffix == ".gz" else text.encode())
+    print(f"{args.report}: {sum(counts.values())} check(s) replaced ({', '.join(sorted(counts))})")
+
+
+if __name__ == "__main__":
+    main()
