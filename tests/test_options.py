@@ -205,7 +205,7 @@ def test_the_device_is_in_the_header_and_a_missing_index_is_named(pytester: pyte
 
 #: Options whose text is kept as given: checked later against the registry, or a path.
 FREE_TEXT = {"fullgraph_models", "fullgraph_exclude", "fullgraph_shard_costs", "fullgraph_report",
-             "fullgraph_repro", "fullgraph_artifacts", "fullgraph_cache_dir", "fullgraph_levels"}
+             "fullgraph_repro", "fullgraph_artifacts", "fullgraph_cache_dir", "fullgraph_levels", "fullgraph_baseline"}
 #: The options a bad value of which pytest itself reports, from the command line and from the ini alike.
 CHECKED = [option for option in OPTIONS
            if isinstance(option.parse, Choice) or option.parse in (parse_positive_int, parse_seconds, parse_device)]
@@ -233,7 +233,7 @@ def test_every_option_has_one_flag_and_one_ini_key_equal_to_its_dest() -> None:
     add_options(cast(pytest.Parser, recorder))
     dests = [attributes["dest"] for _, attributes in recorder.options]
     assert dests == [name for name, _, _ in recorder.inis] == [option.dest for option in OPTIONS]
-    assert len(set(dests)) == len(dests) == 23
+    assert len(set(dests)) == len(dests) == 25
     assert len({flag for flag, _ in recorder.options}) == len(dests)
     for (flag, attributes), (name, ini_help, ini) in zip(recorder.options, recorder.inis, strict=True):
         option = OPTION[name]
