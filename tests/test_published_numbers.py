@@ -3,7 +3,9 @@ from the committed reports): a rerun that changes one fails until the sentence s
 
 from __future__ import annotations
 
+import json
 import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -78,3 +80,33 @@ def model_counts(level: str) -> dict[str, int]:
 ])
 def test_what_it_finds_quotes_the_basic_matrix_per_level(level: str, sentence: str) -> None:
     assert sentence.format(**model_counts(level)) in prose("docs/what-it-finds.md")
+
+
+def results_text() -> str:
+    return prose("bench/RESULTS.md")
+
+
+def test_the_recheck_results_are_its_committed_output() -> None:
+    data = json.loads((REPOSITORY / "bench" / "recheck" / "recheck-2026-12-06.json").read_text())
+    rechecked = data["rechecked"]
+    differing = [each for each in rechecked if each["differs"]]
+    same = len(rechecked) - len(differing)
+    outcomes = Counter(each["now"].split(" ")[0] for each in rechecked)
+    text = results_text()
+    assert f"**{same} of {len(rechecked)} are as recorded. {len(differing)} differs**" in text
+    assert (f"Rerun: {outcomes['pass']} pass, {outcomes['break']} break, {outcomes['skip']} skip, "
+            f"{outcomes['error']} error.") in text
+    for each in differing:
+        assert each["check_id"] in text
+
+
+def test_the_gated_pull_request_tier_results_are_its_committed_report() -> None:
+    from pytest_fullgraph import report
+
+    run = report.load(REPOSITORY / "bench" / "runs" / "popular-gated-2026-12-06.json.gz")
+    baseline = report.load(REPOSITORY / "baselines" / "fast-torch2.13.0.json")
+    outcomes = Counter(result.outcome for result in run.checks)
+    assert {result.key: result.outcome for result in run.checks} == {r.key: r.outcome for r in baseline.checks}
+    text = results_text()
+    assert f"**{outcomes['pass']} passed, {len(run.checks) - outcomes['pass']} xfailed in 28 min 28 s**" in text
+    assert f"{len(run.checks)} check(s) compared, 0 worse, 0 better, 0 not in it" in text
