@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from pytest_fullgraph.results import CheckResult
 from tests.test_findings import feature_rows
 
 REPOSITORY = Path(__file__).resolve().parents[1]
@@ -110,3 +112,42 @@ def test_the_gated_pull_request_tier_results_are_its_committed_report() -> None:
     text = results_text()
     assert f"**{outcomes['pass']} passed, {len(run.checks) - outcomes['pass']} xfailed in 28 min 28 s**" in text
     assert f"{len(run.checks)} check(s) compared, 0 worse, 0 better, 0 not in it" in text
+
+
+def exporter_counts() -> dict[str, int]:
+    """README's exporter paragraph, each count computed from the committed export-path reports."""
+    from pytest_fullgraph import report
+
+    by_model: dict[str, list[CheckResult]] = {}
+    for path in sorted((REPOSITORY / "bench" / "reports" / "hf").glob("hf-*.json.gz")):
+        for result in report.load(path).checks:
+            by_model.setdefault(result.model, []).append(result)
+
+    def models(test: Callable[[CheckResult], bool]) -> set[str]:
+        return {model for model, checks in by_model.items() if any(test(result) for result in checks)}
+
+    exporters = ("hf_dynamo", "hf_onnx", "hf_executorch")
+    exact = {model for model, checks in by_model.items()
+             if sum(result.level in exporters and result.outcome == "pass" for result in checks) == 6}
+    refused = models(lambda r: r.level in ("hf_dynamo", "hf_executorch") and " at export, " in r.message)
+    onnx = {model for model in refused
+            if sum(r.level == "hf_onnx" and r.outcome == "pass" for r in by_model[model]) == 2}
+    return {"exact": len(exact), "refused": len(refused), "onnx": len(onnx),
+            "step": len(models(lambda r: bool(re.search(r"cumulative_length_int 8 at export, 9 now", r.message)))),
+            "segfault": len(models(lambda r: r.level == "hf_executorch" and "Segmentation fault" in r.message)),
+            "resize": len(models(lambda r: "Attempted to resize a static tensor" in r.message)),
+            "polar": len(models(lambda r: "aten::polar.out" in r.message)),
+            "helper": len(models(lambda r: r.level == "hf_et_helper" and "the helper's loop is at fault" in r.message))}
+
+
+def test_readmes_exporter_paragraph_is_the_export_path_reports() -> None:
+    counts, words = exporter_counts(), {3: "three"}
+    text = prose("README.md")
+    for sentence in ("All three exporters give `generate`'s tokens on {exact} models.",
+                     "The dynamo and ExecuTorch runners refuse the cache of {refused}:",
+                     "as it was at export (\"StaticSlidingWindowLayer.cumulative_length_int 8 at export, 9 now\", "
+                     "{step} models); ONNX runs {onnx} of them exactly.",
+                     "segfaults in `execute` on {segfault} models' programs and on {resize} finds an XNNPACK output",
+                     "{polar} lack complex-number kernels (`aten::polar.out`).",
+                     "feeds the first new token one position late ({helper} models;"):
+        assert sentence.format(**{key: words.get(value, value) for key, value in counts.items()}) in text
