@@ -29,8 +29,11 @@ def replace(target: report.Report, rerun: report.Report, by: str) -> Counter[str
     for result in rerun.checks:
         target.checks[position[result.key]] = result
         counts[result.model] += 1
-    target.environment.setdefault("replaced_checks", []).extend(
-        {"by": by, "count": count, "model": model} for model, count in sorted(counts.items()))
+    # an earlier rerun of a model this one replaces whole has no check left in the report: its record goes
+    whole = {model for model, count in counts.items() if count == sum(r.model == model for r in target.checks)}
+    earlier = [entry for entry in target.environment.get("replaced_checks", []) if entry.get("model") not in whole]
+    target.environment["replaced_checks"] = [*earlier, *({"by": by, "count": count, "model": model}
+                                                          for model, count in sorted(counts.items()))]
     return counts
 
 

@@ -160,6 +160,10 @@ def test_replace_swaps_a_reruns_checks_in_by_id_and_records_them_per_model() -> 
     assert replace.replace(target, rerun, "pytest ... (abc1234: why)") == {"b": 1}
     assert [result.outcome for result in target.checks] == ["error", "pass"]
     assert target.environment["replaced_checks"][-1] == {"by": "pytest ... (abc1234: why)", "count": 1, "model": "b"}
+    again = report.Report({}, [CheckResult("a", "greedy", "hf_executorch", "aot_eager", 4, "pass")])
+    replace.replace(target, again, "later")  # replaces a's only check: a's earlier rerun has nothing left
+    assert target.environment["replaced_checks"] == [{"by": "pytest ... (abc1234: why)", "count": 1, "model": "b"},
+                                                     {"by": "later", "count": 1, "model": "a"}]
     stray = report.Report({}, [CheckResult("z", "greedy", "hf_executorch", "aot_eager", 4, "pass")])
     with pytest.raises(report.ReportError, match="the rerun holds checks the report does not: "):
         replace.replace(target, stray, "x")

@@ -351,11 +351,13 @@ def test_provenance_counts_commits_reruns_and_rejudged_checks() -> None:
     first = Report({"git_revision": "a" * 40, "replaced_checks": [
         {"by": "rerun at bbbbbbb: a fix", "count": 3, "model": "x"}, {"by": "reworded", "count": 1, "model": "y"}],
         "rejudged_checks": [{"rule": "r", "at": "ccccccc", "count": 2, "checks": []}]}, [])
-    second = Report({"git_revision": ["a" * 40, "d" * 40]}, [])
-    found = provenance([first, second])
+    second = Report({"git_revision": ["a" * 40, "d" * 40]}, [CheckResult("m", "greedy", "decode", "eager", 4, "pass")])
+    every_check_rerun = Report({"git_revision": "e" * 40, "replaced_checks": [{"by": "fffffff", "count": 0,
+                                                                               "model": "x"}]}, [])
+    found = provenance([first, second, every_check_rerun])
     assert (sorted(found.commits), found.rerun, found.rerun_unnamed, found.rejudged) == (
-        ["aaaaaaa", "bbbbbbb", "ddddddd"], 4, 1, 2)
-    assert found.line() == ("Provenance: 0 checks from 3 commit(s) (each report's run and the reruns it records); 4 of "
+        ["aaaaaaa", "bbbbbbb", "ddddddd", "fffffff"], 4, 1, 2)  # eeeeeee's run has no check left
+    assert found.line() == ("Provenance: 1 checks from 4 commit(s) (each report's run and the reruns it records); 4 of "
                             "them rerun later and swapped in by id (1 of them at a commit not recorded) "
                             "(`environment.replaced_checks`); 2 re-judged from their records under a later rule "
                             "(`environment.rejudged_checks`).")

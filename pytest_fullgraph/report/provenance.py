@@ -51,8 +51,10 @@ def provenance(reports: Iterable[Report]) -> Provenance:
     for report in reports:
         environment = report.environment
         found.checks += len(report.checks)
-        found.commits |= _commits_of(environment.get("git_revision"))
-        for rerun in _records(environment.get("replaced_checks")):
+        reruns = _records(environment.get("replaced_checks"))
+        if sum(int(rerun.get("count", 0)) for rerun in reruns) < len(report.checks):  # some check is the run's own
+            found.commits |= _commits_of(environment.get("git_revision"))
+        for rerun in reruns:
             named = {commit[:SHORT] for commit in _COMMIT.findall(str(rerun.get("by", "")))}
             found.commits |= named
             found.rerun += int(rerun.get("count", 0))
