@@ -156,6 +156,8 @@ def _findings(args: argparse.Namespace) -> int:
 def _upstream(args: argparse.Namespace) -> int:
     from pytest_fullgraph.report.upstream import write_drafts
 
+    if args.repros and not Path(args.repros).is_dir():
+        raise report.ReportError(f"--repros {args.repros}: not a directory (give a `repro` command's output directory)")
     paths = report.distinct(args.reports)
     merged = report.merge((str(path), report.load(path)) for path in paths)
     names = " ".join(str(path) for path in paths)

@@ -91,6 +91,22 @@ def _positive(text: str) -> int:
     return value
 
 
+def _seconds(allow_zero: bool) -> Any:
+    """A number of seconds, positive (or zero where ``allow_zero``: "none"), or argparse's one-line error."""
+    least = "0 or more" if allow_zero else "more than 0"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not (value >= 0 if allow_zero else value > 0):  # nan fails both
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds ({least})")
+        return value
+
+    return parse
+
+
 def _prog() -> str:
     """The name the user typed: the console script, or ``python -m pytest_fullgraph``."""
     return SCRIPT if Path(sys.argv[0]).name == SCRIPT else PROG
@@ -190,9 +206,9 @@ def _repro_parser(commands: Any) -> None:
                             "failing check)")
     repro.add_argument("-o", "--output", required=True, metavar="DIR",
                        help="Directory for the scripts (<check id>.py) and repro-index.json")
-    repro.add_argument("--reduce-budget", type=float, default=120.0, metavar="SECONDS",
+    repro.add_argument("--reduce-budget", type=_seconds(allow_zero=True), default=120.0, metavar="SECONDS",
                        help="Seconds spent shrinking each script's config and prompts (default 120; 0: none)")
-    repro.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+    repro.add_argument("--timeout", type=_seconds(allow_zero=False), default=600.0, metavar="SECONDS",
                        help="Longest one run of a script may take (default 600)")
     repro.add_argument("--python", default=None, metavar="PATH",
                        help="Interpreter that verifies each script, e.g. a virtual environment's with only torch and "

@@ -324,9 +324,10 @@ def register_checkpoints(registry: Registry, chosen: Mapping[str, Chosen]) -> tu
 
 
 def read_shard_costs(chosen: Mapping[str, Chosen]) -> dict[str, float] | None:
-    """Seconds per model from the ``--fullgraph-shard-costs`` report, read only when the run is sharded."""
-    found = read_costs_report(chosen) if chosen["fullgraph_shard"].value is not None else None
-    return model_costs(found) if found is not None else None
+    """Seconds per model from the ``--fullgraph-shard-costs`` report, used when the run is sharded; the report is
+    read whenever it is named, so a file that cannot be read is a usage error, not ignored."""
+    found = read_costs_report(chosen)
+    return model_costs(found) if found is not None and chosen["fullgraph_shard"].value is not None else None
 
 
 def read_costs_report(chosen: Mapping[str, Chosen]) -> Report | None:

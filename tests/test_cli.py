@@ -115,3 +115,26 @@ def test_a_gzipped_report_balances_the_shards_of_a_run(pytester: pytest.Pytester
     result = pytester.runpytest("--collect-only", "--fullgraph-shard=1/2", f"--fullgraph-shard-costs={stored}")
     assert result.ret == pytest.ExitCode.OK, result.stderr.str()
 
+
+
+@pytest.mark.parametrize(("arguments", "error"), [
+    (["repro", "r.json", "-o", "out", "--timeout", "0"], "argument --timeout: '0' is not a number of seconds (more "
+                                                          "than 0)"),
+    (["repro", "r.json", "-o", "out", "--reduce-budget", "-1"], "argument --reduce-budget: '-1' is not a number of "
+                                                               "seconds (0 or more)"),
+    (["repro", "r.json", "-o", "out", "--timeout", "soon"], "argument --timeout: 'soon' is not a number of seconds "
+                                                            "(more than 0)"),
+])
+def test_seconds_that_mean_nothing_are_refused_in_one_line(arguments: list[str], error: str) -> None:
+    completed = subprocess.run([sys.executable, "-m", "pytest_fullgraph", *arguments], capture_output=True,
+                               text=True, check=False)
+    assert completed.returncode == 2
+    assert completed.stderr.strip().splitlines()[-1].endswith(error)
+
+
+def test_upstream_refuses_a_repros_directory_that_is_not_there(tmp_path: Path) -> None:
+    completed = subprocess.run([sys.executable, "-m", "pytest_fullgraph", "report", "upstream", "r.json", "-o",
+                                str(tmp_path), "--repros", "/nope"], capture_output=True, text=True, check=False)
+    assert completed.returncode == 2
+    assert completed.stderr.strip() == ("pytest_fullgraph: error: --repros /nope: not a directory (give a `repro` "
+                                        "command's output directory)")

@@ -149,6 +149,8 @@ def test_costs_from_an_earlier_report_balance_the_shards(toy_project: pytest.Pyt
      "*--fullgraph-shard: shard 3/3 is empty: 2 selected model(s) cannot fill 3 shards; use at most 2*"),
     (["--fullgraph-shard=1/2", "--fullgraph-shard-costs=missing.json"],
      "*--fullgraph-shard-costs: missing.json: cannot read (No such file or directory)*"),
+    # named without a shard or progress, it is still read: a path that is not there is not passed over in silence
+    (["--fullgraph-shard-costs=missing.json"], "*--fullgraph-shard-costs: missing.json: cannot read (No such file*"),
 ])
 def test_bad_shard_options_are_usage_errors(pytester: pytest.Pytester, args: list[str], message: str) -> None:
     pytester.makepyfile("def test_x():\n    pass\n")
