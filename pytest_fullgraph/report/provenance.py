@@ -69,26 +69,27 @@ def _records(value: Any) -> Sequence[dict[str, Any]]:
 
 
 def draws_table(reports: Iterable[Report]) -> list[str]:
-    """Per level drawn more than once (``environment.draws``, ``bench/draws.py``): its checks that pass at once, fail
-    every draw, or vary (passing k of N draws); [] when no report holds draws."""
-    outcomes: dict[str, dict[str, list[str]]] = {}
-    total: dict[str, int] = {}
+    """Per level drawn more than once (``environment.draws``, ``bench/draws.py``): its checks that pass, fail every
+    draw, vary (passing k of N draws), or failed once and were not drawn again; [] when no report holds draws."""
+    reports = list(reports)
+    drawn: dict[str, dict[str, list[str]]] = {}
     draws: dict[str, int] = {}
     for report in reports:
         for entry in _records(report.environment.get("draws")):
             level = str(entry.get("level"))
             draws[level] = max(draws.get(level, 0), int(entry.get("draws", 0)))
-            outcomes.setdefault(level, {}).update(entry.get("checks") or {})
-        for result in report.checks:
-            total[result.level] = total.get(result.level, 0) + 1
+            drawn.setdefault(level, {}).update(entry.get("checks") or {})
     lines = []
-    for level, checks in sorted(outcomes.items()):
-        passes = [sum(outcome == "pass" for outcome in each) for each in checks.values()]
+    for level, outcomes in sorted(drawn.items()):
+        checks = [result for report in reports for result in report.checks if result.level == level]
+        passes = [sum(outcome == "pass" for outcome in outcomes[result.check_id]) for result in checks
+                  if result.check_id in outcomes]
         varying = range(1, draws[level])
-        header = ["level", "checks", "pass at once", f"fail all {draws[level]} draws",
-                  *(f"varies ({k} of {draws[level]})" for k in varying)]
-        row = [f"`{level}`", total.get(level, 0), total.get(level, 0) - len(checks), passes.count(0),
-               *(passes.count(k) for k in varying)]
+        header = ["level", "checks", "pass", f"fail all {draws[level]} draws",
+                  *(f"varies ({k} of {draws[level]})" for k in varying), "failed, not drawn again"]
+        row = [f"`{level}`", len(checks), sum(r.outcome == "pass" and r.check_id not in outcomes for r in checks),
+               passes.count(0), *(passes.count(k) for k in varying),
+               sum(r.outcome != "pass" and r.check_id not in outcomes for r in checks)]
         lines += ["| " + " | ".join(header) + " |", "|---" * len(header) + "|",
                   "| " + " | ".join(map(str, row)) + " |", ""]
     return lines[:-1]
