@@ -9,13 +9,12 @@ run's settings (``pytest_fullgraph.recheck``), and the outcomes are written into
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import subprocess
 from pathlib import Path
 
 from pytest_fullgraph import report
 from pytest_fullgraph.recheck import Drawn, check_releases, rerun
+from pytest_fullgraph.report.files import save
 from pytest_fullgraph.results import PASS
 
 
@@ -39,8 +38,7 @@ def main() -> None:
             loaded.environment.setdefault("draws", []).append(
                 {"level": args.level, "draws": args.draws, "by": f"python bench/draws.py --draws {args.draws} "
                  f"({commit})", "checks": outcomes})
-            text = json.dumps(loaded.to_dict(), indent=2, sort_keys=True) + "\n"
-            path.write_bytes(gzip.compress(text.encode(), mtime=0) if path.suffix == ".gz" else text.encode())
+            save(loaded, path)
 
 
 if __name__ == "__main__":

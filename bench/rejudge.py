@@ -14,14 +14,12 @@ case. The same decision as a live check, applied to what was recorded, not a rer
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import re
 import subprocess
 from pathlib import Path
 
 from pytest_fullgraph import breaks
-from pytest_fullgraph.report.schema import Report
+from pytest_fullgraph.report.files import load, save
 from pytest_fullgraph.results import BREAK, ERROR, BreakRecord, CheckResult, Frame
 
 _CRASHED = re.compile(r" \(with fullgraph=True the compiler crashed instead: (?P<type>\w+) at (?P<file>\S+):"
@@ -60,17 +58,14 @@ def main() -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     total = 0
     for path in args.reports:
-        raw = path.read_bytes()
-        zipped = path.suffix == ".gz"
-        report = Report.from_dict(json.loads(gzip.decompress(raw) if zipped else raw), str(path))
+        report = load(path)
         changed = [result.check_id for result in report.checks if rejudge(result)]
         total += len(changed)
         print(f"{path}: {len(changed)} check(s) re-judged {sorted({name.split('-')[0] for name in changed})}")
         if changed and not args.dry_run:
             report.environment.setdefault("rejudged_checks", []).append(
                 {"rule": RULE, "at": commit, "count": len(changed), "checks": changed})
-            text = json.dumps(report.to_dict(), indent=2, sort_keys=True) + "\n"
-            path.write_bytes(gzip.compress(text.encode(), mtime=0) if zipped else text.encode())
+            save(report, path)
     print(f"{total} check(s) re-judged")
 
 

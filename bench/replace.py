@@ -11,12 +11,11 @@ Each rerun check must be in the report already (a rerun adds nothing new); each 
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 from collections import Counter
 from pathlib import Path
 
 from pytest_fullgraph import report
+from pytest_fullgraph.report.files import save
 
 
 def replace(target: report.Report, rerun: report.Report, by: str) -> Counter[str]:
@@ -45,8 +44,7 @@ def main() -> None:
     args = parser.parse_args()
     target = report.load(args.report)
     counts = replace(target, report.load(args.rerun), args.by)
-    text = json.dumps(target.to_dict(), indent=2, sort_keys=True) + "\n"
-    args.report.write_bytes(gzip.compress(text.encode(), mtime=0) if args.report.suffix == ".gz" else text.encode())
+    save(target, args.report)
     print(f"{args.report}: {sum(counts.values())} check(s) replaced ({', '.join(sorted(counts))})")
 
 

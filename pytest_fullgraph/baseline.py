@@ -9,8 +9,6 @@ baseline's others kept. A baseline made with other settings gates nothing: a usa
 
 from __future__ import annotations
 
-import gzip
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +16,7 @@ from typing import Any
 import pytest
 
 from pytest_fullgraph.options import Chosen
-from pytest_fullgraph.report.files import load, write_atomic
+from pytest_fullgraph.report.files import load, save
 from pytest_fullgraph.report.gate import GateResult, compare_checks, settings_differences
 from pytest_fullgraph.report.schema import Report, ReportError
 from pytest_fullgraph.results import CheckKey, CheckResult
@@ -73,13 +71,8 @@ class Baseline:
         environment = {**self.environment, **run.environment}
         for name in ("models", "dtypes"):
             environment[name] = sorted({*self.environment.get(name, []), *run.environment.get(name, [])})
-        text = json.dumps(Report(environment, sorted(checks.values(), key=lambda r: r.key),
-                                 stored_help={**run.stored_help}).to_dict(), indent=2, sort_keys=True) + "\n"
-        if self.path.suffix == ".gz":
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.path.write_bytes(gzip.compress(text.encode(), mtime=0))
-        else:
-            write_atomic(self.path, text)
+        save(Report(environment, sorted(checks.values(), key=lambda r: r.key), stored_help={**run.stored_help}),
+             self.path)
         kept = len(checks) - len(run.checks)
         return f"fullgraph baseline updated: {self.shown} ({len(run.checks)} check(s) of this run, {kept} kept)"
 

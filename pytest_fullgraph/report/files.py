@@ -75,6 +75,21 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
+def save(report: Report, path: Path) -> None:
+    """``report`` as one JSON file at ``path`` (sorted keys, gzipped when the name ends in ``.gz``, as the committed
+    reports are kept), written atomically: a baseline rewritten or a committed report updated in place."""
+    text = json.dumps(report.to_dict(), indent=2, sort_keys=True) + "\n"
+    if path.suffix != ".gz":
+        write_atomic(path, text)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(handle, "wb") as stream:
+        stream.write(gzip.compress(text.encode(), mtime=0))
+    os.chmod(temporary, 0o666 & ~_umask())
+    os.replace(temporary, path)
+
+
 def write(report: Report, directory: str | Path, *, baseline: Report | None = None,
           baseline_name: str = "the baseline") -> list[Path]:
     """``fullgraph-report.json`` (sorted keys: diffs of two runs stay readable), ``fullgraph-report.md`` and
