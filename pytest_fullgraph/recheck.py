@@ -76,14 +76,27 @@ def check_releases(drawn: Sequence[Drawn]) -> None:
                                      "recheck it in an environment of the recorded releases")
 
 
-def pytest_arguments(drawn: Drawn, report_dir: Path) -> list[str]:
-    """The suite's command line that runs exactly the drawn check, with its run's settings."""
-    result, environment = drawn.result, drawn.environment
+def pytest_arguments(drawn: Drawn | Sequence[Drawn], report_dir: Path) -> list[str]:
+    """The suite's command line that runs exactly the drawn check(s), with their run's settings.
+
+    Several checks (of one report) run in one process, each selected by its id with ``-k``, and a worker that dies
+    on one of them is restarted for the next (``--max-worker-restart``).
+    """
+    batch = [drawn] if isinstance(drawn, Drawn) else list(drawn)
+    environment, results = batch[0].environment, [each.result for each in batch]
+    if any(each.environment is not environment for each in batch):
+        raise ValueError("checks rerun in one process must come from one report")
     arguments = ["-m", "pytest", "-n", "1", "-p", "no:cacheprovider", "--pyargs",
-                 "pytest_fullgraph.suite.test_conformance", f"--fullgraph-models={result.model}",
-                 f"--fullgraph-scenarios={result.scenario}", f"--fullgraph-levels={result.level}",
-                 f"--fullgraph-dtype={result.dtype}",
-                 f"--fullgraph-backend={result.backend}", f"--fullgraph-report={report_dir}"]
+                 "pytest_fullgraph.suite.test_conformance"]
+    for option, field in (("models", "model"), ("scenarios", "scenario"), ("levels", "level"), ("dtype", "dtype"),
+                          ("backend", "backend")):
+        values = sorted({getattr(result, field) for result in results})
+        if option in ("dtype", "backend") and len(values) > 1:
+            raise ValueError(f"checks rerun in one process must share one {option}: {', '.join(values)}")
+        arguments.append(f"--fullgraph-{option}={','.join(values)}")
+    arguments.append(f"--fullgraph-report={report_dir}")
+    if len(batch) > 1:
+        arguments += ["-k", " or ".join(result.check_id for result in results), f"--max-worker-restart={len(batch)}"]
     for option, key in (("--fullgraph-max-new-tokens", "max_new_tokens"), ("--fullgraph-breaks", "breaks"),
                         ("--fullgraph-device", "device"), ("--fullgraph-attn", "attn_implementation")):
         if environment.get(key) not in (None, "", "none"):
@@ -113,6 +126,20 @@ def rerun(drawn: Drawn) -> str:
     """The outcome of one more draw of the check: its outcome, "timeout", or "missing" when it wrote no result."""
     found = rerun_result(drawn)
     return found if isinstance(found, str) else found.outcome if found is not None else "missing"
+
+
+def rerun_batch(batch: Sequence[Drawn]) -> list[str]:
+    """One more draw of each check of ``batch`` (one report's), all in one pytest process: each outcome, "missing"
+    where the run wrote none, all "timeout" when the process ran past its limit."""
+    with tempfile.TemporaryDirectory(prefix="fullgraph-draws-") as directory:
+        try:
+            subprocess.run([sys.executable, *pytest_arguments(batch, Path(directory))], capture_output=True, text=True,
+                           timeout=PROCESS_TIMEOUT_S * len(batch), check=False)
+        except subprocess.TimeoutExpired:
+            return ["timeout"] * len(batch)
+        path = Path(directory) / report.JSON_NAME
+        found = {result.key: result.outcome for result in report.load(path).checks} if path.is_file() else {}
+        return [found.get(each.result.key, "missing") for each in batch]
 
 
 def recheck_one(drawn: Drawn) -> Rechecked:

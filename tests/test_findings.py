@@ -367,13 +367,15 @@ def test_a_level_drawn_three_times_is_counted_as_pass_fails_or_varies() -> None:
     from pytest_fullgraph.report.provenance import draws_table
 
     checks = [CheckResult(model, "greedy", "hf_executorch", "aot_eager", 4, outcome)
-              for model, outcome in (("a", "pass"), ("b", "error"), ("c", "error"), ("d", "error"), ("e", "error"))]
+              for model, outcome in (("a", "pass"), ("b", "error"), ("c", "error"), ("d", "error"), ("e", "error"),
+                                     ("f", "skip"))]
     drawn = {"level": "hf_executorch", "draws": 3, "by": "x", "checks": {
         "b-greedy-hf_executorch-float32": ["error", "error", "error"],
         "c-greedy-hf_executorch-float32": ["error", "pass", "error"],
         "d-greedy-hf_executorch-float32": ["error", "pass", "pass"]}}
     assert draws_table([Report({"draws": [drawn]}, checks)]) == [
-        "| level | checks | pass | fail all 3 draws | varies (1 of 3) | varies (2 of 3) | failed, not drawn again |",
-        "|---|---|---|---|---|---|---|",
-        "| `hf_executorch` | 5 | 1 | 1 | 1 | 1 | 1 |"]
+        "| level | checks | pass | skip | fail all 3 draws | varies (1 of 3) | varies (2 of 3) | failed, not drawn "
+        "again |",
+        "|---|---|---|---|---|---|---|---|",
+        "| `hf_executorch` | 6 | 1 | 1 | 1 | 1 | 1 | 1 |"]
     assert draws_table([Report({}, checks)]) == []

@@ -61,6 +61,19 @@ def test_the_draw_is_seeded_and_the_rerun_uses_the_recorded_settings(tmp_path: P
             "--fullgraph-attn=eager", "--run-slow", "--fullgraph-report=r"} <= set(arguments)
 
 
+def test_checks_of_one_report_rerun_in_one_process_selected_by_id(tmp_path: Path) -> None:
+    """bench/draws.py draws a shard's failures in one pytest process: each picked by its id, a dead worker restarted."""
+    path = saved(tmp_path, [a_check("greedy", "error"), a_check("eos", "error")])
+    loaded = report.load(path)
+    batch = [Drawn(str(path), loaded.environment, result) for result in loaded.sorted_checks()]
+    arguments = pytest_arguments(batch, Path("r"))
+    assert {"--fullgraph-models=llama", "--fullgraph-scenarios=eos,greedy", "--max-worker-restart=2"} <= set(arguments)
+    assert arguments[arguments.index("-k") + 1] == " or ".join(result.check_id for result in loaded.sorted_checks())
+    other = report.load(path)
+    with pytest.raises(ValueError, match="one report"):
+        pytest_arguments([batch[0], Drawn(str(path), other.environment, other.checks[0])], Path("r"))
+
+
 def test_a_report_of_other_releases_is_refused_in_one_line(tmp_path: Path) -> None:
     """Rechecking a record of torch 2.11 with torch 2.13 installed would measure 2.13, not the record."""
     path = saved(tmp_path, [a_check("greedy", "pass")], torch="2.11.0")

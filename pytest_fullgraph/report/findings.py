@@ -207,7 +207,7 @@ def further_run_section(label: str, run: Sequence[tuple[str, Report]], sites: in
              "### Outcomes per level", "", *outcome_tables(checks, level_order(checks))]
     drawn = draws_table(report for _, report in run)
     if drawn:
-        lines += ["", "Levels whose outcomes vary from run to run, each check that did not pass drawn again "
+        lines += ["", "Levels whose outcomes vary from run to run, each check that failed (not a skip) drawn again "
                   "(`bench/draws.py`, `environment.draws`):", "", *drawn]
     lines += ["", "### Generation features x levels", "", *feature_level_table(merged, checks)]
     lines += ["", *(errors(merged, checks, heading="###") or ["### Errors by cause", "", "No errors."])]

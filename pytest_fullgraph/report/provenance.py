@@ -7,6 +7,7 @@ No torch import.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,8 +70,9 @@ def _records(value: Any) -> Sequence[dict[str, Any]]:
 
 
 def draws_table(reports: Iterable[Report]) -> list[str]:
-    """Per level drawn more than once (``environment.draws``, ``bench/draws.py``): its checks that pass, fail every
-    draw, vary (passing k of N draws), or failed once and were not drawn again; [] when no report holds draws."""
+    """Per level drawn more than once (``environment.draws``, ``bench/draws.py``): its checks that pass, skip (decided
+    before anything runs, so never drawn), fail every draw, vary (passing k of N draws), or failed once and were not
+    drawn again; [] when no report holds draws."""
     reports = list(reports)
     drawn: dict[str, dict[str, list[str]]] = {}
     draws: dict[str, int] = {}
@@ -85,11 +87,12 @@ def draws_table(reports: Iterable[Report]) -> list[str]:
         passes = [sum(outcome == "pass" for outcome in outcomes[result.check_id]) for result in checks
                   if result.check_id in outcomes]
         varying = range(1, draws[level])
-        header = ["level", "checks", "pass", f"fail all {draws[level]} draws",
+        header = ["level", "checks", "pass", "skip", f"fail all {draws[level]} draws",
                   *(f"varies ({k} of {draws[level]})" for k in varying), "failed, not drawn again"]
-        row = [f"`{level}`", len(checks), sum(r.outcome == "pass" and r.check_id not in outcomes for r in checks),
-               passes.count(0), *(passes.count(k) for k in varying),
-               sum(r.outcome != "pass" and r.check_id not in outcomes for r in checks)]
+        undrawn = Counter(r.outcome if r.outcome in ("pass", "skip") else "failed" for r in checks
+                          if r.check_id not in outcomes)
+        row = [f"`{level}`", len(checks), undrawn["pass"], undrawn["skip"], passes.count(0),
+               *(passes.count(k) for k in varying), undrawn["failed"]]
         lines += ["| " + " | ".join(header) + " |", "|---" * len(header) + "|",
                   "| " + " | ".join(map(str, row)) + " |", ""]
     return lines[:-1]
