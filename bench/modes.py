@@ -22,12 +22,42 @@ import argparse
 import json
 import subprocess
 import sys
+import time
 import traceback
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import raw  # bench/raw.py
+
 MAX_NEW_TOKENS = 6
+
+#: The loop failed or differed where ``generate`` with the same static cache fails or differs too: the model's fault.
+STATIC = "model's static cache (generate fails or differs too)"
+
+#: A row's cause, in the table's column order: the first (outcome, phrase in its error or static-cache note) that
+#: matches names it ("" matches any); a row matching none is counted under its outcome.
+CAUSES: tuple[tuple[str, str, str], ...] = (
+    ("exact", "", "exact"),
+    ("known", "", "not built (registry reason)"),
+    ("build error", "", "not built (error)"),
+    ("loop error", "static cache failed", STATIC),
+    ("loop error", "differs from the default too", STATIC),
+    ("mismatch", "static cache failed", STATIC),
+    ("mismatch", "differs from the default too", STATIC),
+    ("refused", "takes no `cache`", "loop refuses (no `cache` argument)"),
+    ("refused", "roll back", "loop refuses (a layer cannot roll back)"),
+    ("refused", "reorder", "loop refuses (a layer cannot reorder)"),
+    ("refused", "processors", "loop refuses (processors)"),
+    ("refused", "", "loop refuses (other)"),
+    ("generate error", "stateful", "transformers refuses a stateful model"),
+    ("generate error", "", "transformers errors"),
+    ("mismatch", "", "mismatch"),
+    ("loop error", "", "loop error"),
+)
+
+#: A cell lists its models when it counts at most this many.
+NAMED_UP_TO = 4
 
 
 def _where(error: BaseException) -> str:
@@ -131,15 +161,40 @@ def survey(model: str, scenarios: list[str], timeout: float) -> list[dict[str, A
              "error": said[-1] if said else f"exit {completed.returncode}"} for scenario in scenarios]
 
 
+def cause(row: dict[str, Any]) -> str:
+    """What a row's outcome is down to, by ``CAUSES``."""
+    said = f"{row.get('error', '')} {row.get('static_cache', '')}"
+    return next((name for outcome, phrase, name in CAUSES if row["outcome"] == outcome and phrase in said),
+                str(row["outcome"]))
+
+
+def table(raw_output: dict[str, Any]) -> list[str]:
+    """RESULTS.md's table of a run: per scenario, how many models each cause holds (few named)."""
+    rows = raw_output["rows"]
+    order = list(dict.fromkeys(name for _, _, name in CAUSES))
+    causes = sorted({cause(row) for row in rows}, key=lambda name: (order.index(name) if name in order else 99, name))
+    lines = ["| scenario | models | " + " | ".join(causes) + " |", "|---" * (len(causes) + 2) + "|"]
+    for scenario in dict.fromkeys(row["scenario"] for row in rows):
+        mine = [row for row in rows if row["scenario"] == scenario]
+        cells = []
+        for name in causes:
+            models = sorted(row["model"] for row in mine if cause(row) == name)
+            named = f" ({', '.join(models)})" if 0 < len(models) <= NAMED_UP_TO and name != "exact" else ""
+            cells.append(f"{len(models)}{named}")
+        lines.append(f"| `{scenario}` | {len(mine)} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenarios", nargs="*", default=["beam", "beam_sample", "beam_eos"])
     parser.add_argument("--models", nargs="*", help="registry names (default: every built-in model)")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=120.0)
-    parser.add_argument("--json", help="write the rows to this file")
+    parser.add_argument("--json", help="write the raw output (rows, command, commit, releases) to this file")
     parser.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    started = time.time()
     if args.one:
         print(json.dumps(every_scenario(args.one[0], args.one[1].split(","))))
         return
@@ -165,9 +220,9 @@ def main() -> None:
     for scenario in args.scenarios:
         counts = Counter(row["outcome"] for row in rows if row["scenario"] == scenario)
         print(f"\n{scenario}: " + ", ".join(f"{count} {outcome}" for outcome, count in counts.most_common()))
+    print("", *table({"rows": rows}), sep="\n")
     if args.json:
-        with open(args.json, "w") as stream:
-            json.dump(rows, stream, indent=1)
+        raw.save(args.json, "modes", rows, started, time.time())
 
 
 if __name__ == "__main__":
