@@ -28,7 +28,7 @@ def measured_on() -> dict[str, Any]:
                               cwd=Path(__file__).parent, check=False).stdout.strip()
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
                            cwd=Path(__file__).parent, check=False).stdout.strip()
-    return {"date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
+    return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
             "commit": revision + ("+uncommitted changes" if dirty else ""),
             "torch": importlib.metadata.version("torch"), "transformers": importlib.metadata.version("transformers"),
             "python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()}

@@ -1,0 +1,77 @@
+"""Every table in bench/RESULTS.md says where it comes from; each one a bench command made is rendered again from the
+raw output committed beside it (bench/raw.py), so no number there is typed in unseen."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+RESULTS = BENCH / "RESULTS.md"
+MARKER = re.compile(r"<!-- (table|typed): (.+) -->")
+
+
+def _tables(text: str) -> list[tuple[int, str, list[str]]]:
+    """Each table of ``text``: its first line's number, the last non-blank line above it, and its lines."""
+    lines = text.splitlines()
+    found = []
+    for number, line in enumerate(lines):
+        if line.startswith("|---") and number and lines[number - 1].startswith("|"):
+            above = next((lines[i] for i in range(number - 2, -1, -1) if lines[i].strip()), "")
+            end = next((i for i in range(number, len(lines)) if not lines[i].startswith("|")), len(lines))
+            found.append((number, above, lines[number - 1:end]))
+    return found
+
+
+def _bench_module(name: str) -> ModuleType:
+    """A bench command as a module (bench/ is scripts, not a package; they import bench/raw.py as ``raw``)."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def _generated() -> list[tuple[int, str, list[str]]]:
+    """Each table made from raw output: its line, its raw output's path, its lines."""
+    found = []
+    for number, above, table in _tables(RESULTS.read_text()):
+        marker = MARKER.fullmatch(above)
+        if marker and marker[1] == "table":
+            found.append((number, marker[2], table))
+    return found
+
+
+def test_every_table_says_where_it_comes_from() -> None:
+    unsaid = [f"RESULTS.md:{number}: {table[0][:60]}" for number, above, table in _tables(RESULTS.read_text())
+              if not MARKER.fullmatch(above)]
+    assert not unsaid, "tables with neither <!-- table: FILE --> nor <!-- typed: WHY --> above them:\n" + "\n".join(
+        unsaid)
+
+
+def test_a_table_with_neither_marker_is_found() -> None:
+    text = "Intro.\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n<!-- typed: x -->\n\n| c |\n|---|\n"
+    assert [(above, table[0]) for _, above, table in _tables(text)] == [("Intro.", "| a | b |"),
+                                                                        ("<!-- typed: x -->", "| c |")]
+
+
+@pytest.mark.parametrize(("number", "source", "table"), _generated(), ids=lambda value: str(value)[:40])
+def test_a_generated_table_is_its_raw_output(number: int, source: str, table: list[str]) -> None:
+    raw_module = _bench_module("raw")
+    raw = raw_module.load(BENCH.parent / source)
+    assert table == _bench_module(raw["bench"]).table(raw), f"RESULTS.md:{number} differs from {source}"
+
+
+def test_every_raw_output_is_shown() -> None:
+    shown = {source for _, source, _ in _generated()}
+    committed = {str(path.relative_to(BENCH.parent)) for path in (BENCH / "results").glob("*.json")}
+    assert committed <= shown, f"raw outputs no RESULTS.md table is made from: {sorted(committed - shown)}"
