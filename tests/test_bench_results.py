@@ -75,3 +75,11 @@ def test_every_raw_output_is_shown() -> None:
     shown = {source for _, source, _ in _generated()}
     committed = {str(path.relative_to(BENCH.parent)) for path in (BENCH / "results").glob("*.json")}
     assert committed <= shown, f"raw outputs no RESULTS.md table is made from: {sorted(committed - shown)}"
+
+
+def test_results_pages_say_when_and_at_which_commit_not_which_session() -> None:
+    """A reader of a results page knows dates and commits; who measured in which sitting means nothing to them."""
+    pages = [RESULTS, BENCH.parent / "docs" / "what-it-finds.md", BENCH.parent / "docs" / "FINDINGS.md"]
+    said = [f"{page.name}:{number}" for page in pages
+            for number, line in enumerate(page.read_text().splitlines(), 1) if re.search(r"\bsessions?\b", line, re.I)]
+    assert not said, f"results pages speaking of sessions: {', '.join(said)}"
