@@ -34,10 +34,11 @@ def measured_on() -> dict[str, Any]:
             "python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()}
 
 
-def save(path: str | Path, bench: str, rows: list[Any], started: float, finished: float) -> None:
-    """Write a bench command's rows with its command line, wall time and ``measured_on``."""
+def save(path: str | Path, bench: str, rows: list[Any], started: float, finished: float, **settings: Any) -> None:
+    """Write a bench command's rows with its command line, wall time and ``measured_on``; ``settings`` are what its
+    ``table(raw)`` needs besides the rows (a subcommand, the token counts of the columns), as ``raw["settings"]``."""
     raw = {"bench": bench, "command": shlex.join(["python", f"bench/{bench}.py", *sys.argv[1:]]),
-           "wall_s": round(finished - started, 1), "measured": measured_on(), "rows": rows}
+           "wall_s": round(finished - started, 1), "measured": measured_on(), "rows": rows, "settings": settings}
     Path(path).write_text(json.dumps(raw, indent=1, sort_keys=True) + "\n")
 
 
