@@ -5,11 +5,12 @@ inductor (its graph does not grow with the tokens, so one compile serves every p
 on several seeded prompts; each compiled sequence is compared with the eager loop's, and each difference is
 classified (rounding flip or divergence) from float64, as the suite's checks do.
 
-    python bench/precision.py --model mid --dtypes bfloat16 float16 --prompts 6 --tokens 24
+    python bench/precision.py --model mid --dtypes bfloat16 float16 --prompts 6 --tokens 24 \
+        --json bench/results/precision.json
 
 ``--model mid`` is a llama of hidden 512, 4 layers, vocabulary 4096 (the size at which bfloat16 flips were
 first seen); ``tiny`` is the suite's tiny llama. Each (dtype, setting) runs in a fresh process so that no
-compiled code is shared. Prints one Markdown row per run.
+compiled code is shared. Prints one Markdown row per run (``table``: what RESULTS.md shows).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import subprocess
 import sys
 import time
 from typing import Any
+
+import raw  # bench/raw.py
 
 #: Candidate settings, by name: ``torch._inductor.config`` values patched around compile and run.
 #: (``cpp.enable_floating_point_contract_flag`` is already "off" by default in torch 2.13, so FMA contraction is
@@ -90,6 +93,24 @@ def one(model_name: str, dtype: str, setting: str, prompts: int, tokens: int) ->
             "seconds": round(time.perf_counter() - started, 1)}
 
 
+def row_line(row: dict[str, Any]) -> str:
+    """One run's row: the prompts whose compiled tokens equal eager's, and each difference's class and position."""
+    if "failed" in row:
+        return f"| {row['model']} | {row['dtype']} | {row['setting']} | failed: {row['failed']} | | |"
+    differences = [result for result in row["results"] if result != "equal"]
+    return (f"| {row['model']} | {row['dtype']} | {row['setting']} | {len(row['results']) - len(differences)}/"
+            f"{len(row['results'])} | {', '.join(differences) or '—'} | {row['seconds']} |")
+
+
+HEADER = ["| model | dtype | setting | prompts equal | differences (class@new token) | seconds |",
+          "|---|---|---|---|---|---|"]
+
+
+def table(raw_output: dict[str, Any]) -> list[str]:
+    """RESULTS.md's table of a run: its rows, as printed."""
+    return [*HEADER, *(row_line(row) for row in raw_output["rows"])]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=("tiny", "mid"), default="mid")
@@ -97,26 +118,32 @@ def main() -> None:
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     parser.add_argument("--prompts", type=int, default=6)
     parser.add_argument("--tokens", type=int, default=24)
+    parser.add_argument("--json", help="write the raw output (rows, command, commit, releases) to this file")
     parser.add_argument("--one", nargs=2, metavar=("DTYPE", "SETTING"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         print(json.dumps(one(args.model, args.one[0], args.one[1], args.prompts, args.tokens)))
         return
-    print("| model | dtype | setting | prompts equal | differences (class@new token) | seconds |")
-    print("|---|---|---|---|---|---|")
+    started, rows = time.time(), []
+    print(*HEADER, sep="\n")
     for dtype in args.dtypes:
         for setting in args.settings:
-            completed = subprocess.run([sys.executable, __file__, "--model", args.model, "--prompts",
-                                        str(args.prompts), "--tokens", str(args.tokens), "--one", dtype, setting],
-                                       capture_output=True, text=True, check=False)
-            if completed.returncode != 0:
-                print(f"| {args.model} | {dtype} | {setting} | failed: {completed.stderr.strip().splitlines()[-1]} "
-                      "| | |")
-                continue
-            row = json.loads(completed.stdout.strip().splitlines()[-1])
-            differences = [r for r in row["results"] if r != "equal"]
-            print(f"| {row['model']} | {dtype} | {setting} | {len(row['results']) - len(differences)}/"
-                  f"{len(row['results'])} | {', '.join(differences) or '—'} | {row['seconds']} |", flush=True)
+            rows.append(_run(args, dtype, setting))
+            print(row_line(rows[-1]), flush=True)
+    if args.json:
+        raw.save(args.json, "precision", rows, started, time.time())
+
+
+def _run(args: argparse.Namespace, dtype: str, setting: str) -> dict[str, Any]:
+    """One (dtype, setting) in a fresh process: no compiled code shared between rows."""
+    completed = subprocess.run([sys.executable, __file__, "--model", args.model, "--prompts", str(args.prompts),
+                                "--tokens", str(args.tokens), "--one", dtype, setting],
+                               capture_output=True, text=True, check=False)
+    if completed.returncode != 0:
+        said = completed.stderr.strip().splitlines()
+        return {"model": args.model, "dtype": dtype, "setting": setting,
+                "failed": said[-1] if said else f"exit {completed.returncode}"}
+    return dict(json.loads(completed.stdout.strip().splitlines()[-1]))
 
 
 if __name__ == "__main__":

@@ -83,3 +83,34 @@ def test_results_pages_say_when_and_at_which_commit_not_which_session() -> None:
     said = [f"{page.name}:{number}" for page in pages
             for number, line in enumerate(page.read_text().splitlines(), 1) if re.search(r"\bsessions?\b", line, re.I)]
     assert not said, f"results pages speaking of sessions: {', '.join(said)}"
+
+
+def test_modes_table_counts_models_per_cause_and_names_few() -> None:
+    rows = [{"model": "a", "scenario": "beam", "outcome": "exact"},
+            {"model": "b", "scenario": "beam", "outcome": "loop error", "error": "E",
+             "static_cache": "(model.generate with a static cache failed: E)"},
+            {"model": "c", "scenario": "beam", "outcome": "mismatch",
+             "static_cache": "model.generate with a static cache gives the default tokens, so the loop is at fault"},
+            {"model": "d", "scenario": "beam", "outcome": "refused", "error": "X.forward takes no `cache` argument"},
+            {"model": "a", "scenario": "assisted", "outcome": "generate error", "error": "not supported with stateful"}]
+    assert _bench_module("modes").table({"rows": rows}) == [
+        "| scenario | models | exact | model's static cache (generate fails or differs too) | loop refuses (no `cache` "
+        "argument) | transformers refuses a stateful model | mismatch |",
+        "|---|---|---|---|---|---|---|",
+        "| `beam` | 4 | 1 | 1 (b) | 1 (d) | 0 | 1 (c) |",
+        "| `assisted` | 1 | 0 | 0 | 0 | 1 (a) | 0 |"]
+
+
+def test_breadth_table_counts_small_builds_and_groups_failures() -> None:
+    rows = [{"type": "a", "parameters": 10}, {"type": "b", "parameters": 3_000_000},
+            {"type": "c", "error": "ValueError: x | y"}, {"type": "d", "error": "ValueError: x | y"}]
+    assert _bench_module("breadth").table({"rows": rows}) == [
+        "| result | types |", "|---|---|", "| build and generate | 2 of 4 |", "| of those under 2M parameters | 1 |",
+        "| fails: ValueError: x / y | 2 (c, d) |"]
+
+
+def test_precision_table_shows_each_run_and_its_differences() -> None:
+    rows = [{"model": "mid", "dtype": "bfloat16", "setting": "default", "results": ["equal", "flip@3"],
+             "seconds": 9.5}, {"model": "mid", "dtype": "float16", "setting": "no_simd", "failed": "OOM"}]
+    assert _bench_module("precision").table({"rows": rows})[2:] == [
+        "| mid | bfloat16 | default | 1/2 | flip@3 | 9.5 |", "| mid | float16 | no_simd | failed: OOM | | |"]
