@@ -24,6 +24,23 @@ TARGET = build_tiny("llama")
 PROMPT = torch.tensor([[5, 9, 14, 3, 27, 8, 11, 6]])
 
 
+def _scikit_learn(monkeypatch: pytest.MonkeyPatch, installed: bool) -> None:
+    """Whether transformers (and so the loop) sees scikit-learn: with it, generate moves a confidence threshold by a
+    ROC curve on the host each step (candidate_generator.py), which the loop refuses by name."""
+    import transformers.generation.candidate_generator as candidate_generator
+    import transformers.utils
+
+    monkeypatch.setattr(candidate_generator, "is_sklearn_available", lambda: installed)
+    monkeypatch.setattr(transformers.utils, "is_sklearn_available", lambda: installed)
+
+
+@pytest.fixture(autouse=True)
+def _as_installed_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tests compare with generate as the default install runs it, without scikit-learn, whatever else an
+    environment holds (the onnx and executorch extras pull it in)."""
+    _scikit_learn(monkeypatch, installed=False)
+
+
 def near_copy(model: PreTrainedModel, scale: float, seed: int) -> PreTrainedModel:
     """The model with its weights nudged: a draft that agrees with it often but not always."""
     draft = copy.deepcopy(model)
@@ -271,6 +288,14 @@ def test_a_draft_model_whose_cache_cannot_roll_back_is_refused_by_name() -> None
     draft = build_tiny("mamba")
     with pytest.raises(UnsupportedGeneration, match="draft model cannot roll back cache layer"):
         fullgraph_generate(TARGET, PROMPT, None, config, assistant_model=draft)
+
+
+def test_a_confidence_threshold_is_refused_where_scikit_learn_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    _scikit_learn(monkeypatch, installed=True)
+    config = GenerationConfig(max_new_tokens=3, pad_token_id=0)
+    with pytest.raises(UnsupportedGeneration, match="where scikit-learn is installed: generate then moves the "
+                                                    "threshold by a ROC curve"):
+        fullgraph_generate(TARGET, PROMPT, None, config, assistant_model=DRAFTS["near-confident"]())
 
 
 def test_beams_ignore_the_draft_model_as_generate_does() -> None:
