@@ -1,7 +1,7 @@
 """Tokens/s of every way a model leaves Python, on the same prompts, each checked exact against ``generate``
 (not a test: results go to bench/RESULTS.md by hand; needs the extras: ``pip install -e ".[onnx,executorch]"``).
 
-    python bench/export_paths.py --model llama --batch 1 --tokens 32
+    python bench/export_paths.py --model llama --batch 1 --tokens 32 --json bench/results/export_paths.json
     python bench/export_paths.py --model llama --batch 1 --tokens 32 --paths hf_dynamo ours_pt2
 
 Paths: ``generate`` (the default dynamic cache: the reference), transformers' exporters' programs
@@ -12,7 +12,8 @@ positions (``hf_et_module``), and our whole loop exported as one program and loa
 (``ours_pt2``, ``ours_aoti``, ``ours_executorch``, ``ours_executorch_portable``). Per path: the build (export,
 lowering, saving and loading), the steady time per generated token (median of ``--repeats`` runs after a warm
 one), tokens/s, and whether its tokens equal ``generate``'s (``torch.equal``). A path that fails says its
-exception's type and first line; the others still run.
+exception's type and first line; the others still run. Prints one Markdown row per path as it finishes;
+``--json FILE`` keeps the raw output (bench/raw.py), from which ``table(raw)`` renders the same table for RESULTS.md.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import raw  # bench/raw.py
 
 PROMPT_LENGTH = 8
 #: name -> function(model, inputs, config, directory) returning a no-argument callable that generates
@@ -82,8 +85,8 @@ PATHS: dict[str, Builder] = {
 
 
 def measure(name: str, model: Any, inputs: dict[str, Any], config: Any, expected: Any, repeats: int,
-            directory: Path) -> str:
-    """One Markdown row: build seconds, ms per token, tokens/s, exact or where it differs."""
+            directory: Path) -> dict[str, Any]:
+    """One path's row: build seconds, ms per token, tokens/s, exact or where it differs (or its error)."""
     import torch
 
     started = time.perf_counter()
@@ -99,12 +102,28 @@ def measure(name: str, model: Any, inputs: dict[str, Any], config: Any, expected
                 times.append(time.perf_counter() - begin)
     except Exception as error:  # one path's failure is its row
         first = str(error).strip().splitlines()[0][:150] if str(error).strip() else ""
-        return f"| {name} | error: {type(error).__name__}: {first} | | | |"
+        return {"path": name, "error": f"{type(error).__name__}: {first}"}
     generated = int(config.max_new_tokens) * int(inputs["input_ids"].shape[0])
     per_token = statistics.median(times) / int(config.max_new_tokens)
     exact = "exact" if tokens.shape == expected.shape and torch.equal(tokens, expected) else _where(tokens, expected)
-    return (f"| {name} | {build:.1f} | {per_token * 1000:.2f} | {generated / statistics.median(times):.0f} | "
-            f"{exact} |")
+    return {"path": name, "build_s": build, "ms_per_token": per_token * 1000,
+            "tokens_per_s": generated / statistics.median(times), "tokens": exact}
+
+
+HEADER = ["| path | build s | ms / token | tokens/s | tokens |", "|---|---|---|---|---|"]
+
+
+def row_line(row: dict[str, Any]) -> str:
+    """One path's row as printed; a failed path says its error where the build time would be."""
+    if "error" in row:
+        return f"| {row['path']} | error: {row['error']} | | | |"
+    return (f"| {row['path']} | {row['build_s']:.1f} | {row['ms_per_token']:.2f} | {row['tokens_per_s']:.0f} | "
+            f"{row['tokens']} |")
+
+
+def table(raw_output: dict[str, Any]) -> list[str]:
+    """RESULTS.md's table of a run: its rows, as printed."""
+    return [*HEADER, *(row_line(row) for row in raw_output["rows"])]
 
 
 def _where(tokens: Any, expected: Any) -> str:
@@ -121,7 +140,9 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=list(PATHS))
+    parser.add_argument("--json", help="write the raw output (rows, command, commit, releases) to this file")
     arguments = parser.parse_args()
+    started = time.time()
 
     import torch
     import transformers
@@ -139,10 +160,16 @@ def main() -> None:
     print(f"{arguments.model}, batch {arguments.batch}, prompt {PROMPT_LENGTH}, {arguments.tokens} new tokens, "
           f"greedy; torch {torch.__version__}, transformers {transformers.__version__}, python "
           f"{sys.version.split()[0]}, {torch.get_num_threads()} threads")
-    print("| path | build s | ms / token | tokens/s | tokens |\n|---|---|---|---|---|")
+    print(*HEADER, sep="\n")
+    rows = []
     with tempfile.TemporaryDirectory() as directory:
         for name in arguments.paths:
-            print(measure(name, model, inputs, config, expected, arguments.repeats, Path(directory)), flush=True)
+            rows.append(measure(name, model, inputs, config, expected, arguments.repeats, Path(directory)))
+            print(row_line(rows[-1]), flush=True)
+    if arguments.json:
+        raw.save(arguments.json, "export_paths", rows, started, time.time(), model=arguments.model,
+                 batch=arguments.batch, tokens=arguments.tokens, repeats=arguments.repeats,
+                 prompt_length=PROMPT_LENGTH, threads=torch.get_num_threads())
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
 """Generation benchmarks on the tiny CPU models (not a test: results go to bench/RESULTS.md by hand).
 
-    python bench/generation.py scaling --model llama --backends eager aot_eager inductor --tokens 4 16 64
-    python bench/generation.py table --model llama --backend aot_eager --batch 1 4 --tokens 16 64
-    python bench/generation.py cost --models popular --tokens 16 256
+    python bench/generation.py scaling --model llama --backends eager aot_eager inductor --tokens 4 16 64 \
+        --json bench/results/generation-scaling.json
+    python bench/generation.py table --model llama --backend aot_eager --batch 1 4 --tokens 16 64 \
+        --json bench/results/generation-table.json
+    python bench/generation.py cost --models popular --tokens 16 256 --json bench/results/generation-cost.json
     python bench/generation.py cost --models llama --tokens 16 256 --beams 4
-    python bench/generation.py throughput --models popular --tokens 64
+    python bench/generation.py throughput --models popular --tokens 64 --json bench/results/generation-throughput.json
     python bench/generation.py throughput --models llama,gemma --batch 1 8 --tokens 64 256 --dtype bfloat16
     python bench/generation.py throughput --models llama,gemma --batch 1 8 --tokens 64 256 --jobs 8
     python bench/generation.py throughput --models llama --size mid --dtype bfloat16 --batch 1 --tokens 64
@@ -30,6 +32,9 @@ timings must not. ``--phase build`` / ``--phase measure`` with ``--workdir`` run
 builds while the suite runs, then measures alone).
 With CUDA available, compiled variants use mode="reduce-overhead". A variant that fails says its exception's type
 and first line (for a break inside ``while_loop``, the break inside it too).
+Each subcommand prints its Markdown table row by row as it measures; ``--json FILE`` keeps the raw output (rows and
+the settings the table needs, bench/raw.py), from which ``table(raw)`` renders the same lines for RESULTS.md. A
+throughput run over several (batch, tokens) is one table whose rows start with their batch and tokens.
 """
 
 from __future__ import annotations
@@ -44,9 +49,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
+
+import raw  # bench/raw.py
 
 PROMPT_LENGTH = 8
 
@@ -255,6 +262,19 @@ def _cpu_count() -> int:
 
 
 def main() -> None:
+    args = _parser().parse_args()
+    if args.command == "one":
+        _one(args)
+        return
+    started = time.time()
+    print(f"machine: {_machine()}")
+    runs = {"scaling": _scaling, "table": _variants, "cost": _cost, "throughput": _throughput_run}
+    made = runs[args.command](args)
+    if made is not None and args.json:
+        raw.save(args.json, "generation", made[0], started, time.time(), device=_device(), **made[1])
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     scaling = commands.add_parser("scaling", help="compile time and memory of our compiled loop vs tokens")
@@ -285,11 +305,11 @@ def main() -> None:
     throughput.add_argument("--variants", nargs="+", choices=[*VARIANT_NAMES], default=None,
                             help="the loop variants to measure (default: ours_aoti, and ours_compiled_while on CUDA);"
                                  " the two generate baselines are always measured")
-    table = commands.add_parser("table", help="PR #30788's table: generate variants vs our compiled loop")
-    table.add_argument("--model", default="llama")
-    table.add_argument("--backend", default="aot_eager")
-    table.add_argument("--batch", nargs="+", type=int, default=[1, 4])
-    table.add_argument("--tokens", nargs="+", type=int, default=[16, 64])
+    table_command = commands.add_parser("table", help="PR #30788's table: generate variants vs our compiled loop")
+    table_command.add_argument("--model", default="llama")
+    table_command.add_argument("--backend", default="aot_eager")
+    table_command.add_argument("--batch", nargs="+", type=int, default=[1, 4])
+    table_command.add_argument("--tokens", nargs="+", type=int, default=[16, 64])
     one = commands.add_parser("one")
     for name in ("variant", "model", "backend"):
         one.add_argument(name)
@@ -305,79 +325,97 @@ def main() -> None:
         command.add_argument("--beams", type=int, default=1, help="num_beams: beam search above 1 (default: greedy)")
     throughput.add_argument("--assisted", action="store_true",
                             help="assisted decoding with the suite's draft model (batch 1)")
-    args = parser.parse_args()
+    for command in (scaling, cost, throughput, table_command):
+        command.add_argument("--json", help="write the raw output (rows, settings, command, commit, releases) to this "
+                                            "file; table() renders the printed table from it")
+    return parser
 
-    if args.command == "one":
-        for batch, tokens in itertools.product(_integers(args.batch), _integers(args.tokens)):
-            try:
-                row = measure_one(args.variant, args.model, args.backend, batch, tokens, args.repeats, args.dtype,
-                                  args.size, args.beams, args.assisted, args.workdir)
-            except Exception as error:  # the parent prints this one line in the variant's cell
-                row = {"error": failure(error), "batch": batch, "tokens": tokens}
-            print(json.dumps(row), flush=True)
-        return
-    print(f"machine: {_machine()}")
-    if args.command == "cost":
-        _cost(_selected(args.models), args.backend, args.tokens, args.beams)
-    elif args.command == "throughput":
-        loops = args.variants or (["ours_aoti", "ours_compiled_while"] if _device() == "cuda" else ["ours_aoti"])
-        models = _selected(args.models)
-        setup = Setup(args.dtype, args.size, args.beams, args.assisted)
-        cells = list(itertools.product([*loops, *BASELINES], models, args.batch, args.tokens))
-        root = Path(args.workdir or tempfile.mkdtemp(prefix="fullgraph-bench-builds-"))
-        root.mkdir(parents=True, exist_ok=True)
-        if args.phase == "build" or (args.jobs > 1 and args.phase == "both"):
-            _build_all(cells, root, setup, args.jobs)
-        if args.phase == "build":
-            return
-        measured = _measure_built(cells, root, setup) if args.jobs > 1 or args.phase == "measure" else None
-        for batch in args.batch:
-            for tokens in args.tokens:
-                _throughput(models, batch, tokens, loops, setup, measured)
-    elif args.command == "scaling":
-        variant = "ours_compiled_while" if args.loop == "while" else "ours_compiled"
-        print("| loop | backend | new tokens | compile + first call (s) | steady ms/token | peak RSS (MiB) |")
-        print("|---|---|---|---|---|---|")
-        for backend in args.backends:
-            for tokens in args.tokens:
-                row = _in_subprocess(variant, args.model, backend, "2", str(tokens), "3")
-                print(f"| {args.loop} | {backend} | {tokens} | {row.get('first_call_s', row.get('error'))} | "
-                      f"{row.get('ms_per_token', '-')} | {row.get('peak_rss_mib', '-')} |", flush=True)
-    else:
-        print(f"| variant | batch | new tokens | first call (s) | steady ms/token | backend {args.backend} |")
-        print("|---|---|---|---|---|---|")
-        for batch in args.batch:
-            for tokens in args.tokens:
-                for variant in ("dynamic", "static", "static_compiled_forward", "ours_compiled",
-                                "ours_compiled_while"):
-                    row = _in_subprocess(variant, args.model, args.backend, str(batch), str(tokens), "5")
-                    print(f"| {variant} | {batch} | {tokens} | {row.get('first_call_s', row.get('error'))} | "
-                          f"{row.get('ms_per_token', '-')} | |", flush=True)
+
+def _one(args: argparse.Namespace) -> None:
+    """Measure each (batch, tokens) given in this process: one JSON row a line, for the parent to read."""
+    for batch, tokens in itertools.product(_integers(args.batch), _integers(args.tokens)):
+        try:
+            row = measure_one(args.variant, args.model, args.backend, batch, tokens, args.repeats, args.dtype,
+                              args.size, args.beams, args.assisted, args.workdir)
+        except Exception as error:  # the parent prints this one line in the variant's cell
+            row = {"error": failure(error), "batch": batch, "tokens": tokens}
+        print(json.dumps(row), flush=True)
+
+
+def _scaling(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Each (backend, tokens) in a fresh process: its first call is one compile, its peak RSS that compile's."""
+    variant = "ours_compiled_while" if args.loop == "while" else "ours_compiled"
+    settings = {"subcommand": "scaling", "model": args.model, "loop": args.loop, "backends": args.backends,
+                "tokens": args.tokens, "batch": 2}
+    print(*_scaling_header(settings), sep="\n")
+    rows: list[dict[str, Any]] = []
+    for backend, tokens in itertools.product(args.backends, args.tokens):
+        row = _in_subprocess(variant, args.model, backend, "2", str(tokens), "3")
+        rows.append({**row, "backend": backend, "tokens": tokens})  # an error row names neither
+        print(_scaling_line(rows[-1:], settings), flush=True)
+    return rows, settings
+
+
+def _variants(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """PR #30788's table: each generate variant and our compiled loops, each (batch, tokens) in a fresh process."""
+    settings = {"subcommand": "table", "model": args.model, "backend": args.backend, "batch": args.batch,
+                "tokens": args.tokens}
+    print(*_variants_header(settings), sep="\n")
+    rows: list[dict[str, Any]] = []
+    for batch, tokens, variant in itertools.product(args.batch, args.tokens, TABLE_VARIANTS):
+        row = _in_subprocess(variant, args.model, args.backend, str(batch), str(tokens), "5")
+        rows.append({**row, "variant": variant, "batch": batch, "tokens": tokens})
+        print(_variants_line(rows[-1:], settings), flush=True)
+    return rows, settings
+
+
+#: ``table``'s rows for each (batch, tokens): transformers' three paths, then our loop unrolled and ``while``.
+TABLE_VARIANTS = ("dynamic", "static", "static_compiled_forward", "ours_compiled", "ours_compiled_while")
+
+
+def _cost(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """One fresh process per (model, tokens): its first call is the compile, its peak RSS the compile's."""
+    settings = {"subcommand": "cost", "models": args.models, "backend": args.backend, "tokens": args.tokens,
+                "beams": args.beams, "batch": 2}
+    print(*_cost_header(settings), sep="\n")
+    rows: list[dict[str, Any]] = []
+    for model in _selected(args.models):
+        mine = [{**_fastest(model, args.backend, count, args.beams), "model": model, "tokens": count}
+                for count in args.tokens]
+        rows += mine
+        print(_cost_line(mine, settings), flush=True)
+    return rows, settings
+
+
+def _fastest(model: str, backend: str, tokens: int, beams: int) -> dict[str, Any]:
+    """The faster of two fresh processes: one compile's timing varies by a few seconds."""
+    return min((_in_subprocess("ours_compiled_while", model, backend, "2", str(tokens), "1", "--beams", str(beams))
+                for _ in range(2)), key=lambda row: row.get("first_call_s", float("inf")))
+
+
+def _throughput_run(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
+    """Builds (``--jobs`` at a time, or in the build phase) then measures; nothing to show after a build phase."""
+    loops = args.variants or (["ours_aoti", "ours_compiled_while"] if _device() == "cuda" else ["ours_aoti"])
+    models = _selected(args.models)
+    setup = Setup(args.dtype, args.size, args.beams, args.assisted)
+    cells = list(itertools.product([*loops, *BASELINES], models, args.batch, args.tokens))
+    root = Path(args.workdir or tempfile.mkdtemp(prefix="fullgraph-bench-builds-"))
+    root.mkdir(parents=True, exist_ok=True)
+    if args.phase == "build" or (args.jobs > 1 and args.phase == "both"):
+        _build_all(cells, root, setup, args.jobs)
+    if args.phase == "build":
+        return None
+    measured = _measure_built(cells, root, setup) if args.jobs > 1 or args.phase == "measure" else None
+    settings = {"subcommand": "throughput", "models": args.models, "loops": loops, "baselines": list(BASELINES),
+                "batch": args.batch, "tokens": args.tokens, "dtype": args.dtype, "size": args.size,
+                "beams": args.beams, "assisted": args.assisted}
+    return _throughput(models, settings, setup, measured), settings
 
 
 def _selected(selection: str) -> tuple[str, ...]:
     from pytest_fullgraph.models import session_registry
 
     return session_registry().select(selection)
-
-
-def _cost(models: tuple[str, ...], backend: str, tokens: list[int], beams: int = 1) -> None:
-    """One fresh process per (model, tokens): its first call is the compile, its peak RSS the compile's."""
-    columns = " | ".join(f"{count} tokens: first call (s) / peak RSS (MiB)" for count in tokens)
-    print(f"| model | {columns} | time ratio {tokens[-1]}/{tokens[0]} | RSS ratio |")
-    print("|---|" + "---|" * (len(tokens) + 2))
-    for model in models:
-        # the faster of two fresh processes per length: one compile's timing varies by a few seconds
-        rows = [min((_in_subprocess("ours_compiled_while", model, backend, "2", str(count), "1", "--beams", str(beams))
-                     for _ in range(2)),
-                    key=lambda row: row.get("first_call_s", float("inf"))) for count in tokens]
-        cells = [f"{row['first_call_s']} / {row['peak_rss_mib']}" if "error" not in row else f"error: {row['error']}"
-                 for row in rows]
-        ratios = ["-", "-"]
-        if all("error" not in row for row in rows):
-            ratios = [f"{rows[-1]['first_call_s'] / rows[0]['first_call_s']:.2f}",
-                      f"{rows[-1]['peak_rss_mib'] / rows[0]['peak_rss_mib']:.2f}"]
-        print(f"| {model} | {' | '.join(cells)} | {' | '.join(ratios)} |", flush=True)
 
 
 Cell = tuple[str, str, int, int]  # variant, model, batch, new tokens
@@ -388,9 +426,9 @@ VARIANT_NAMES = ("ours_aoti", "ours_compiled_while", "ours_compiled", "static_co
 BASELINES = ("static_compiled_forward", "dynamic")
 
 
-@dataclass(frozen=True)
-class Setup:
-    """What every cell of one throughput run shares, and how ``one`` is told it."""
+class Setup(NamedTuple):
+    """What every cell of one throughput run shares, and how ``one`` is told it. (Not a dataclass: a test loads
+    this file by path, unregistered in sys.modules, where a dataclass cannot be made.)"""
 
     dtype: str
     size: str
@@ -402,29 +440,20 @@ class Setup:
                 *(["--assisted"] if self.assisted else [])]
 
 
-def _throughput(models: tuple[str, ...], batch: int, tokens: int, loops: list[str], setup: Setup,
-                measured: dict[Cell, dict[str, Any]] | None = None) -> None:
+def _throughput(models: tuple[str, ...], settings: dict[str, Any], setup: Setup,
+                measured: dict[Cell, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Tokens/s of each loop variant and of generate's two paths, the ratios against them, and whether every
     variant gave the default generate's tokens; from ``measured`` where the cells were measured already."""
-    variants = [*loops, *BASELINES]
-    mode = "assisted by the suite's draft model" if setup.assisted else f"num_beams {setup.beams}"
-    print(f"\nbatch {batch}, {tokens} new tokens, {setup.dtype}, {setup.size} model, {mode}; "
-          "tokens/s = batch x tokens / steady seconds of one generation; exact: every variant's tokens equal the "
-          "default generate's")
-    ratios = [f"{loop} / {base}" for loop in loops for base in BASELINES]
-    print("| model | " + " | ".join(f"{variant} tok/s" for variant in variants) + " | " + " | ".join(ratios)
-          + " | exact |")
-    print("|---|" + "---|" * (len(variants) + len(ratios) + 1))
-    for model in models:
-        rows = {variant: measured[variant, model, batch, tokens] if measured is not None else
-                _in_subprocess(variant, model, "inductor", str(batch), str(tokens), "5", *setup.arguments())
-                for variant in variants}
-        rates = {variant: batch * 1000 / row["ms_per_token"] if row.get("ms_per_token") else None
-                 for variant, row in rows.items()}
-        cells = [f"{rates[variant]:.0f}" if rates[variant] else f"error: {rows[variant].get('error')}"
-                 for variant in variants]
-        quotients = [_ratio(rates[loop], rates[base]) for loop in loops for base in BASELINES]
-        print(f"| {model} | {' | '.join(cells)} | {' | '.join(quotients)} | {_exactness(rows)} |", flush=True)
+    print(_caption(settings), *_throughput_header(settings), sep="\n")
+    rows: list[dict[str, Any]] = []
+    for batch, tokens, model in itertools.product(settings["batch"], settings["tokens"], models):
+        mine = [{**(measured[variant, model, batch, tokens] if measured is not None else
+                    _in_subprocess(variant, model, "inductor", str(batch), str(tokens), "5", *setup.arguments())),
+                 "variant": variant, "model": model, "batch": batch, "tokens": tokens}
+                for variant in [*settings["loops"], *settings["baselines"]]]
+        rows += mine
+        print(_throughput_line(mine, settings), flush=True)
+    return rows
 
 
 def _build_all(cells: list[Cell], root: Path, setup: Setup, jobs: int) -> dict[Cell, dict[str, Any]]:
@@ -501,6 +530,106 @@ def _exactness(rows: dict[str, dict[str, Any]]) -> str:
         return "- (generate failed)"
     differing = [variant for variant, row in rows.items() if row.get("tokens_digest") not in (None, reference)]
     return "exact" if not differing else "MISMATCH: " + ", ".join(differing)
+
+
+def table(raw_output: dict[str, Any]) -> list[str]:
+    """RESULTS.md's table of a run, from its raw output alone (no torch): the lines the subcommand printed."""
+    settings = raw_output["settings"]
+    header, line, keys = TABLES[settings["subcommand"]]
+    return [*header(settings), *(line(rows, settings) for rows in _lines(raw_output["rows"], keys))]
+
+
+def _lines(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[list[dict[str, Any]]]:
+    """The rows of each line of a table, in order: consecutive rows alike in ``keys`` (no keys: one row a line)."""
+    if not keys:
+        return [[row] for row in rows]
+    return [list(group) for _, group in itertools.groupby(rows, key=lambda row: tuple(row[key] for key in keys))]
+
+
+def _scaling_header(settings: dict[str, Any]) -> list[str]:
+    return ["| loop | backend | new tokens | compile + first call (s) | steady ms/token | peak RSS (MiB) |",
+            "|---|---|---|---|---|---|"]
+
+
+def _scaling_line(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
+    row = rows[0]
+    return (f"| {settings['loop']} | {row['backend']} | {row['tokens']} | {row.get('first_call_s', row.get('error'))}"
+            f" | {row.get('ms_per_token', '-')} | {row.get('peak_rss_mib', '-')} |")
+
+
+def _variants_header(settings: dict[str, Any]) -> list[str]:
+    return [f"| variant | batch | new tokens | first call (s) | steady ms/token | backend {settings['backend']} |",
+            "|---|---|---|---|---|---|"]
+
+
+def _variants_line(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
+    row = rows[0]
+    return (f"| {row['variant']} | {row['batch']} | {row['tokens']} | {row.get('first_call_s', row.get('error'))} | "
+            f"{row.get('ms_per_token', '-')} | |")
+
+
+def _cost_header(settings: dict[str, Any]) -> list[str]:
+    tokens = settings["tokens"]
+    columns = " | ".join(f"{count} tokens: first call (s) / peak RSS (MiB)" for count in tokens)
+    return [f"| model | {columns} | time ratio {tokens[-1]}/{tokens[0]} | RSS ratio |",
+            "|---|" + "---|" * (len(tokens) + 2)]
+
+
+def _cost_line(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
+    """One model's cells in the order of its token counts, and the last against the first (none if one failed)."""
+    cells = [f"{row['first_call_s']} / {row['peak_rss_mib']}" if "error" not in row else f"error: {row['error']}"
+             for row in rows]
+    ratios = ["-", "-"]
+    if all("error" not in row for row in rows):
+        ratios = [f"{rows[-1]['first_call_s'] / rows[0]['first_call_s']:.2f}",
+                  f"{rows[-1]['peak_rss_mib'] / rows[0]['peak_rss_mib']:.2f}"]
+    return f"| {rows[0]['model']} | {' | '.join(cells)} | {' | '.join(ratios)} |"
+
+
+def _several_shapes(settings: dict[str, Any]) -> bool:
+    """A throughput run over several (batch, tokens) is one table whose rows say their shape."""
+    return len(settings["batch"]) * len(settings["tokens"]) > 1
+
+
+def _caption(settings: dict[str, Any]) -> str:
+    """The line above a throughput table: its shapes, dtype, size and decoding, and what its columns mean."""
+    mode = "assisted by the suite's draft model" if settings["assisted"] else f"num_beams {settings['beams']}"
+    batches, tokens = (" / ".join(str(value) for value in settings[key]) for key in ("batch", "tokens"))
+    return (f"\nbatch {batches}, {tokens} new tokens, {settings['dtype']}, {settings['size']} model, {mode}; "
+            "tokens/s = batch x tokens / steady seconds of one generation; exact: every variant's tokens equal the "
+            "default generate's")
+
+
+def _throughput_header(settings: dict[str, Any]) -> list[str]:
+    loops, baselines = settings["loops"], settings["baselines"]
+    ratios = [f"{loop} / {base}" for loop in loops for base in baselines]
+    shape = "batch | new tokens | " if _several_shapes(settings) else ""
+    return [f"| {shape}model | " + " | ".join(f"{variant} tok/s" for variant in [*loops, *baselines]) + " | "
+            + " | ".join(ratios) + " | exact |",
+            "|---|" + "---|" * (len(loops) + len(baselines) + len(ratios) + 1 + 2 * _several_shapes(settings))]
+
+
+def _throughput_line(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
+    """One model at one shape: tokens/s per variant (or its error), loops against baselines, exactness."""
+    by_variant = {row["variant"]: row for row in rows}
+    batch, tokens, model = rows[0]["batch"], rows[0]["tokens"], rows[0]["model"]
+    rates = {variant: batch * 1000 / row["ms_per_token"] if row.get("ms_per_token") else None
+             for variant, row in by_variant.items()}
+    cells = [f"{rates[variant]:.0f}" if rates[variant] else f"error: {by_variant[variant].get('error')}"
+             for variant in by_variant]
+    quotients = [_ratio(rates[loop], rates[base]) for loop in settings["loops"] for base in settings["baselines"]]
+    shape = f"{batch} | {tokens} | " if _several_shapes(settings) else ""
+    return f"| {shape}{model} | {' | '.join(cells)} | {' | '.join(quotients)} | {_exactness(by_variant)} |"
+
+
+#: Per subcommand: its table's header, the line of each group of rows, and the row keys a group shares.
+TABLES: dict[str, tuple[Callable[[dict[str, Any]], list[str]], Callable[[list[dict[str, Any]], dict[str, Any]], str],
+                        tuple[str, ...]]] = {
+    "scaling": (_scaling_header, _scaling_line, ()),
+    "table": (_variants_header, _variants_line, ()),
+    "cost": (_cost_header, _cost_line, ("model",)),
+    "throughput": (_throughput_header, _throughput_line, ("batch", "tokens", "model")),
+}
 
 
 if __name__ == "__main__":

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import itertools
 import sys
@@ -12,20 +11,12 @@ from types import ModuleType
 import pytest
 import torch
 
-
-def _bench_module(name: str) -> ModuleType:
-    path = Path(__file__).resolve().parent.parent / "bench" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # a dataclass looks its module up there
-    spec.loader.exec_module(module)
-    return module
+from tests.bench_modules import bench_module
 
 
 @pytest.fixture(scope="module")
 def generation() -> ModuleType:
-    return _bench_module("generation")
+    return bench_module("generation")
 
 
 def _body_with_a_branch(step: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -126,7 +117,7 @@ def test_the_release_table_takes_its_models_out_of_a_larger_report(tmp_path: Pat
 
     checks = [CheckResult(model, "greedy", "decode", "aot_eager", 4, "pass") for model in ("llama", "opt", "gpt2")]
     write(Report({"torch": "2.13.0"}, checks), tmp_path / "all")
-    _bench_module("releases").extract(tmp_path / "all" / "fullgraph-report.json", tmp_path / "two", ("llama", "gpt2"))
+    bench_module("releases").extract(tmp_path / "all" / "fullgraph-report.json", tmp_path / "two", ("llama", "gpt2"))
     extracted = load(tmp_path / "two" / "fullgraph-report.json")
     assert sorted(result.model for result in extracted.checks) == ["gpt2", "llama"]
     assert extracted.environment["extracted_from"].endswith("fullgraph-report.json")
@@ -140,7 +131,7 @@ def test_the_modes_survey_refuses_a_bad_selection_in_one_line_before_any_model_r
         argv: list[str], named: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """``--models`` and ``--scenarios`` take the plugin's selections (comma lists, globs): a comma list was once one
     unknown name per scenario, each a crash row."""
-    modes = _bench_module("modes")
+    modes = bench_module("modes")
     monkeypatch.setattr(sys, "argv", ["modes.py", *argv])
     monkeypatch.setattr(modes, "survey", lambda *_: pytest.fail("a model ran"))
     with pytest.raises(SystemExit) as exited:
@@ -153,7 +144,7 @@ def test_replace_swaps_a_reruns_checks_in_by_id_and_records_them_per_model() -> 
     from pytest_fullgraph import report
     from pytest_fullgraph.results import CheckResult
 
-    replace = _bench_module("replace")
+    replace = bench_module("replace")
     old = [CheckResult(model, "greedy", "hf_executorch", "aot_eager", 4, "error") for model in ("a", "b")]
     target = report.Report({"replaced_checks": [{"by": "earlier", "count": 1, "model": "a"}]}, old)
     rerun = report.Report({}, [CheckResult("b", "greedy", "hf_executorch", "aot_eager", 4, "pass")])
@@ -172,7 +163,7 @@ def test_replace_swaps_a_reruns_checks_in_by_id_and_records_them_per_model() -> 
 def test_rejudge_turns_a_crash_away_from_the_break_into_torchs_error() -> None:
     from pytest_fullgraph.results import BreakRecord, CheckResult
 
-    rejudge = _bench_module("rejudge")
+    rejudge = bench_module("rejudge")
     cause = BreakRecord("torch._dynamo.exc.Unsupported", "Data dependent operator", "GB0033", "m",
                         "transformers/models/mvp/modeling_mvp.py", 80, "forward", "x", "model")
     message = (f"{cause.summary()} (with fullgraph=True the compiler crashed instead: InternalTorchDynamoError at "

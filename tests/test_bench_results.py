@@ -3,15 +3,12 @@ raw output committed beside it (bench/raw.py), so no number there is typed in un
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+from tests.bench_modules import BENCH, bench_module
+
 RESULTS = BENCH / "RESULTS.md"
 MARKER = re.compile(r"<!-- (table|typed): (.+) -->")
 
@@ -26,19 +23,6 @@ def _tables(text: str) -> list[tuple[int, str, list[str]]]:
             end = next((i for i in range(number, len(lines)) if not lines[i].startswith("|")), len(lines))
             found.append((number, above, lines[number - 1:end]))
     return found
-
-
-def _bench_module(name: str) -> ModuleType:
-    """A bench command as a module (bench/ is scripts, not a package; they import bench/raw.py as ``raw``)."""
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCH))
 
 
 def _generated() -> list[tuple[int, str, list[str]]]:
@@ -66,9 +50,9 @@ def test_a_table_with_neither_marker_is_found() -> None:
 
 @pytest.mark.parametrize(("number", "source", "table"), _generated(), ids=lambda value: str(value)[:40])
 def test_a_generated_table_is_its_raw_output(number: int, source: str, table: list[str]) -> None:
-    raw_module = _bench_module("raw")
+    raw_module = bench_module("raw")
     raw = raw_module.load(BENCH.parent / source)
-    assert table == _bench_module(raw["bench"]).table(raw), f"RESULTS.md:{number} differs from {source}"
+    assert table == bench_module(raw["bench"]).table(raw), f"RESULTS.md:{number} differs from {source}"
 
 
 def test_every_raw_output_is_shown() -> None:
@@ -93,7 +77,7 @@ def test_modes_table_counts_models_per_cause_and_names_few() -> None:
              "static_cache": "model.generate with a static cache gives the default tokens, so the loop is at fault"},
             {"model": "d", "scenario": "beam", "outcome": "refused", "error": "X.forward takes no `cache` argument"},
             {"model": "a", "scenario": "assisted", "outcome": "generate error", "error": "not supported with stateful"}]
-    assert _bench_module("modes").table({"rows": rows}) == [
+    assert bench_module("modes").table({"rows": rows}) == [
         "| scenario | models | exact | model's static cache (generate fails or differs too) | loop refuses (no `cache` "
         "argument) | transformers refuses a stateful model | mismatch |",
         "|---|---|---|---|---|---|---|",
@@ -104,7 +88,7 @@ def test_modes_table_counts_models_per_cause_and_names_few() -> None:
 def test_breadth_table_counts_small_builds_and_groups_failures() -> None:
     rows = [{"type": "a", "parameters": 10}, {"type": "b", "parameters": 3_000_000},
             {"type": "c", "error": "ValueError: x | y"}, {"type": "d", "error": "ValueError: x | y"}]
-    assert _bench_module("breadth").table({"rows": rows}) == [
+    assert bench_module("breadth").table({"rows": rows}) == [
         "| result | types |", "|---|---|", "| build and generate | 2 of 4 |", "| of those under 2M parameters | 1 |",
         "| fails: ValueError: x / y | 2 (c, d) |"]
 
@@ -112,5 +96,5 @@ def test_breadth_table_counts_small_builds_and_groups_failures() -> None:
 def test_precision_table_shows_each_run_and_its_differences() -> None:
     rows = [{"model": "mid", "dtype": "bfloat16", "setting": "default", "results": ["equal", "flip@3"],
              "seconds": 9.5}, {"model": "mid", "dtype": "float16", "setting": "no_simd", "failed": "OOM"}]
-    assert _bench_module("precision").table({"rows": rows})[2:] == [
+    assert bench_module("precision").table({"rows": rows})[2:] == [
         "| mid | bfloat16 | default | 1/2 | flip@3 | 9.5 |", "| mid | float16 | no_simd | failed: OOM | | |"]
