@@ -1,5 +1,5 @@
 """``python -m pytest_fullgraph`` (or ``pytest-fullgraph``): merge, diff, collate reports and write the findings;
-list the registered models and scenarios; the versions CI keys its caches on; standalone reproducers of failing
+list the registered models, scenarios and levels; the versions CI keys its caches on; standalone reproducers of failing
 checks (``repro``).
 
 Exit status: 0 done, 1 a gate failed (a regression), 2 bad input (an unknown option or name, a report that is
@@ -15,13 +15,16 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_fullgraph import report
 from pytest_fullgraph.cli import parser
 from pytest_fullgraph.report.html import html
 from pytest_fullgraph.report.merge import uneven_levels
 from pytest_fullgraph.report.tables import flag_text
+
+if TYPE_CHECKING:
+    from pytest_fullgraph.levels import Level
 
 #: The status of a process that wrote to a pipe whose reader had gone (128 + SIGPIPE), as Unix tools report it.
 CLOSED_PIPE = 141
@@ -53,6 +56,8 @@ def _main(argv: Sequence[str] | None) -> int:
                          python=args.python)
         if args.command == "scenarios":
             return _scenarios(args.selection, as_json=args.json)
+        if args.command == "levels":
+            return _levels(args.selection, as_json=args.json)
         if args.command == "models":
             return _models(args.selection, args.exclude, as_json=args.json, build=not args.no_build,
                            shard=args.shard, shard_costs=args.shard_costs)
@@ -90,14 +95,28 @@ def _diff(args: argparse.Namespace) -> int:
     baseline, current = report.load(args.baseline), report.load(args.current)
     gate = report.diff(baseline, current, allow_missing=args.allow_missing, ratchet=args.ratchet,
                        divergences_only=args.divergences_only, allow_settings=args.allow_settings)
-    if args.html:
-        report.write_atomic(Path(args.html), html(current, baseline, baseline_name=args.baseline, gate=gate))
     for line in [*gate.header(), *gate.regressions, *gate.improvements, *gate.notes]:
         print(line)
     print(gate.summary())
     advice = report.refresh_advice(gate, args.baseline, args.current)
     if advice:
         print(advice)
+    return _diff_page(args, current, baseline, gate) if args.html else 1 if gate.failed else 0
+
+
+def _diff_page(args: argparse.Namespace, current: report.Report, baseline: report.Report,
+               gate: report.GateResult) -> int:
+    """``--html``, written after the verdict is printed, so an output that cannot be written never hides it: the
+    gate's exit status, or 2 and one line naming ``--html`` when the page cannot be written."""
+    given = Path(args.html)
+    path = given / report.DIFF_HTML_NAME if given.is_dir() or args.html.endswith(os.sep) else given
+    try:
+        report.write_atomic(path, html(current, baseline, baseline_name=args.baseline, gate=gate))
+    except OSError as error:
+        print(f"pytest_fullgraph: error: --html {args.html}: cannot write ({error.strerror or error}); give a file "
+              f"to write or a directory to write {report.DIFF_HTML_NAME} into", file=sys.stderr)
+        return 2
+    print(f"diff page: {path}")
     return 1 if gate.failed else 0
 
 
@@ -120,6 +139,32 @@ def _scenarios(selection: str, as_json: bool) -> int:
         note = f" [cannot change the tokens: {row['inert']}]" if row["inert"] else ""
         print(f"{row['name']:<{width}}  {row['kind']:<9}  {row['description']}{note}")
     return 0
+
+
+def _levels(selection: str, as_json: bool) -> int:
+    """The built-in levels (a conftest's own are known only inside a pytest run), ``--fullgraph-levels``' way."""
+    from pytest_fullgraph.builtin_levels import builtin_levels
+
+    levels = builtin_levels()
+    try:
+        names = levels.select(selection, run_slow=False)
+    except ValueError as error:
+        print(f"pytest_fullgraph: error: {error}", file=sys.stderr)
+        return 2
+    rows = [{"name": name, "collected": _collected_when(levels[name]), "description": levels[name].description}
+            for name in names]
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    width, when = max(len(row["name"]) for row in rows), max(len(row["collected"]) for row in rows)
+    for row in rows:
+        print(f"{row['name']:<{width}}  {row['collected']:<{when}}  {row['description']}")
+    return 0
+
+
+def _collected_when(level: Level) -> str:
+    """When a run collects the level unless ``--fullgraph-levels`` names it."""
+    return "opt-in" if level.opt_in else "slow tier" if level.slow_only else "default"
 
 
 def _versions() -> int:

@@ -82,6 +82,12 @@ def help_for(gb_id: str | None) -> BreakHelp | None:
                      tuple(dict.fromkeys(kinds)), docs_url(gb_id))
 
 
+def hint_text(found: BreakHelp) -> str:
+    """The specific hints, then what kind of break the boilerplate says it is: one line."""
+    kinds = f"({', '.join(found.kinds)})" if found.kinds else ""
+    return " ".join(part for part in (*found.hints, kinds) if part)
+
+
 def help_for_ids(gb_ids: Iterable[str | None]) -> dict[str, BreakHelp]:
     """Help for each id the registry knows, by id, in sorted order."""
     found = {gb_id: help_for(gb_id) for gb_id in sorted({gb_id for gb_id in gb_ids if gb_id})}

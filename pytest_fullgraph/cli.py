@@ -23,9 +23,11 @@ _EXAMPLES = {
     "merge": """reports may be gzipped (.json.gz); each file is merged once. examples:
   python -m pytest_fullgraph report merge shard1/fullgraph-report.json shard2/fullgraph-report.json -o merged
   python -m pytest_fullgraph report merge bench/reports/*.json.gz -o merged""",
-    "diff": """exit 0: gate passed, 1: regression (or improvement with --ratchet), 2: a report cannot be read, or the
-two were made with other settings (without --allow-settings). examples:
+    "diff": """exit 0: gate passed, 1: regression (or improvement with --ratchet), 2: a report cannot be read, the
+two were made with other settings (without --allow-settings), or the --html page cannot be written (the verdict is
+printed first all the same). examples:
   python -m pytest_fullgraph report diff baselines/fast-torch2.13.0.json merged/fullgraph-report.json
+  python -m pytest_fullgraph report diff baseline.json merged/fullgraph-report.json --html merged
   python -m pytest_fullgraph report diff old.json.gz new.json --allow-missing --divergences-only""",
     "collate": """exit 0: every gate passed, 1: a gate failed, 2: a report or baseline cannot be read. example:
   python -m pytest_fullgraph report collate reports/*/fullgraph-report.json -o merged --baselines baselines \\
@@ -52,6 +54,9 @@ check id or model is not in it. examples:
     "scenarios": """examples:
   python -m pytest_fullgraph scenarios
   python -m pytest_fullgraph scenarios 'sample*' --json""",
+    "levels": """examples:
+  python -m pytest_fullgraph levels
+  python -m pytest_fullgraph levels 'while*' --json""",
 }
 
 
@@ -159,8 +164,9 @@ def parser() -> argparse.ArgumentParser:
                               "transformers release, device, attention): the output's first line says which differ")
     compare.add_argument("--divergences-only", action="store_true",
                          help="A mismatch classified as a rounding flip counts as a pass (for bfloat16/float16 jobs)")
-    compare.add_argument("--html", default=None, metavar="FILE",
-                         help="Also write CURRENT as an HTML page that shows what changed against BASELINE")
+    compare.add_argument("--html", default=None, metavar="FILE|DIR",
+                         help="Also write CURRENT as an HTML page that shows what changed against BASELINE, once the "
+                              "verdict is printed (a directory gets DIR/fullgraph-diff.html)")
     _findings_parser(report_commands)
     upstream = _command(report_commands, "upstream", "Draft the findings for the people who can fix them: one "
                                                      "Markdown file per group of whose fault they are")
@@ -195,6 +201,11 @@ def parser() -> argparse.ArgumentParser:
     scenarios.add_argument("selection", nargs="?", default="all", metavar="NAMES",
                            help="Which scenarios, as --fullgraph-scenarios takes them (default: all)")
     scenarios.add_argument("--json", action="store_true", help="One JSON list of rows instead of the table")
+    levels = _command(commands, "levels", "List the built-in levels (what is compiled): name, when a run collects "
+                                          "it, what it checks")
+    levels.add_argument("selection", nargs="?", default="all", metavar="NAMES",
+                        help="Which levels, as --fullgraph-levels takes them (default: all)")
+    levels.add_argument("--json", action="store_true", help="One JSON list of rows instead of the table")
     return top
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_fullgraph.modeling import defined_at, keeps_own_cache_class
 from pytest_fullgraph.results import BREAK, ERROR, MODE_NEVER_COMPILES, SKIP
-from pytest_fullgraph.suggest import select_names
+from pytest_fullgraph.suggest import LIST_LEVELS, select_names
 
 if TYPE_CHECKING:
     import torch
@@ -311,4 +311,5 @@ class Levels:
         registration order; ``ValueError`` naming every entry that selects nothing, with close names. A level
         named here runs whatever its tier or opt-in."""
         return select_names(expression, list(self._levels), {"all": self._levels, "default": self.default(run_slow)},
-                            "level", f"default, all, globs such as hf_*, or a name: {', '.join(self._levels)}")
+                            "level", f"default, all, globs such as hf_*, or one of the {len(self)} level names "
+                                     f"({LIST_LEVELS} lists the built-in ones)")

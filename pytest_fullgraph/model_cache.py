@@ -11,7 +11,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pytest_fullgraph.modeling import vocab_size
+from pytest_fullgraph.modeling import project_file, vocab_size
 from pytest_fullgraph.models import Registry, class_facts
 from pytest_fullgraph.results import DEFAULT_DTYPE, first_line
 
@@ -91,22 +91,23 @@ class ModelCache:
 
         return copy.deepcopy(entry.model).to(getattr(torch, dtype))
 
-    def facts(self, name: str) -> tuple[str, int | None, bool | None]:
-        """Class, parameter count and ``_can_compile_fullgraph`` of a model; from its transformers type's class
-        when it was not built (a known limitation, a failed build)."""
+    def facts(self, name: str) -> tuple[str, int | None, bool | None, str]:
+        """Class, parameter count, ``_can_compile_fullgraph`` and the class's file when transformers does not export
+        it (``project_file``) of a model; from its transformers type's class when it was not built (a known
+        limitation, a failed build)."""
         entry = self._entries.get((name, DEFAULT_DTYPE))
         if isinstance(entry, Built):
             flag = getattr(entry.model, "_can_compile_fullgraph", None)
             return (type(entry.model).__name__, sum(parameter.numel() for parameter in entry.model.parameters()),
-                    flag if isinstance(flag, bool) else None)
+                    flag if isinstance(flag, bool) else None, project_file(type(entry.model)))
         model_type = self.registry[name].model_type
         if not model_type:
-            return "", None, None
+            return "", None, None, ""
         try:
             model_class, flag = class_facts(model_type)
         except Exception:  # the facts are a courtesy; the check's outcome already says what went wrong
-            return "", None, None
-        return model_class, None, flag
+            return "", None, None, ""
+        return model_class, None, flag, ""
 
 
 def _set_attention(model: Any, implementation: str) -> None:

@@ -89,6 +89,20 @@ def defined_at(function: Any) -> str:
     return f"{path.name}:{line}" if path.name else ""
 
 
+def project_file(klass: type) -> str:
+    """The absolute path of the file that defines ``klass`` when transformers does not export it (a project's own
+    model, a conftest's subclass): a reproducer imports the class from there. "" for classes of transformers and of
+    this package (no project's: their modules import each other relatively, so no file of theirs imports alone), and
+    when Python cannot say (a class made in ``__main__`` or by ``exec``)."""
+    if str(getattr(klass, "__module__", "")).partition(".")[0] in ("transformers", __name__.partition(".")[0]):
+        return ""
+    try:
+        found = inspect.getsourcefile(klass)
+    except (OSError, TypeError):
+        return ""
+    return str(Path(found).resolve()) if found else ""
+
+
 def cache_taking_parameters(model: PreTrainedModel) -> set[str]:
     """The forward's parameters, when it takes a ``cache``; else ``UnsupportedGeneration`` naming the model's class,
     where its forward is, and what to add (our loop and the exporters' host loop both pass one)."""

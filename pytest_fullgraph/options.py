@@ -20,6 +20,7 @@ from pytest_fullgraph.artifacts import RUNTIMES
 from pytest_fullgraph.builtin_levels import builtin_levels
 from pytest_fullgraph.levels import Levels
 from pytest_fullgraph.models import Registry
+from pytest_fullgraph.models.positions import selection_too_long
 from pytest_fullgraph.models.pretrained import register_directories
 from pytest_fullgraph.parsers import (
     DEVICE_TYPES,
@@ -28,7 +29,7 @@ from pytest_fullgraph.parsers import (
     parse_bool,
     parse_device,
     parse_directory,
-    parse_positive_int,
+    parse_new_tokens,
     parse_pretrained,
     parse_scenarios,
     parse_seconds,
@@ -37,7 +38,7 @@ from pytest_fullgraph.parsers import (
 )
 from pytest_fullgraph.report.files import load as load_report
 from pytest_fullgraph.report.schema import Report, ReportError
-from pytest_fullgraph.scenarios import BASIC
+from pytest_fullgraph.scenarios import BASIC, longest_prompt
 from pytest_fullgraph.settings import (
     ATTN_IMPLEMENTATIONS,
     BACKENDS,
@@ -48,6 +49,7 @@ from pytest_fullgraph.settings import (
     DTYPES,
     FAST_BACKEND,
     FAST_MAX_NEW_TOKENS,
+    MAX_NEW_TOKENS,
     RUN_SLOW_ENV,
     SLOW_BACKEND,
     SLOW_MAX_NEW_TOKENS,
@@ -131,10 +133,11 @@ OPTIONS: tuple[Option, ...] = (
            field="backend", default=FAST_BACKEND, slow_default=SLOW_BACKEND,
            help=f"torch.compile backend, one of {', '.join(BACKENDS)} (default: {FAST_BACKEND}, {SLOW_BACKEND} with "
                 "--run-slow; ini: fullgraph_backend)"),
-    Option("fullgraph_max_new_tokens", "--fullgraph-max-new-tokens", metavar="N", parse=parse_positive_int,
+    Option("fullgraph_max_new_tokens", "--fullgraph-max-new-tokens", metavar="N", parse=parse_new_tokens,
            field="max_new_tokens", default=FAST_MAX_NEW_TOKENS, slow_default=SLOW_MAX_NEW_TOKENS,
-           help=f"Tokens to generate per check, a positive integer (default: {FAST_MAX_NEW_TOKENS}, "
-                f"{SLOW_MAX_NEW_TOKENS} with --run-slow; ini: fullgraph_max_new_tokens)"),
+           help=f"Tokens to generate per check, up to {MAX_NEW_TOKENS} and to what fits after the scenarios' prompts "
+                "in each selected model's positions (max_position_embeddings) (default: "
+                f"{FAST_MAX_NEW_TOKENS}, {SLOW_MAX_NEW_TOKENS} with --run-slow; ini: fullgraph_max_new_tokens)"),
     Option("fullgraph_strict", "--fullgraph-strict", action="store_true", parse=parse_bool, field="strict",
            default=False,
            help="Fail checks that hit a graph break instead of marking them xfail (ini: fullgraph_strict)"),
@@ -191,7 +194,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("fullgraph_suite", "--fullgraph-suite", metavar="MODE", parse=Choice(SUITE_MODES, "a suite mode"),
            field="suite", default="auto",
            help="When to collect the built-in conformance suite: 'auto' (default) when models are selected and "
-                "no test paths are given, 'on' always, 'off' never (ini: fullgraph_suite)"),
+                "no test paths are given, 'on' always, 'off' never, not through testpaths or a directory holding it "
+                "either (ini: fullgraph_suite)"),
 )
 OPTION = {option.dest: option for option in OPTIONS}
 
@@ -268,6 +272,11 @@ def resolve_settings(chosen: Mapping[str, Chosen], registry: Registry, costs: Ma
         except ValueError as error:
             raise pytest.UsageError(f"{chosen['fullgraph_shard'].source}: {error}") from None
     given = {option.field: chosen[option.dest].value for option in OPTIONS if option.field}
+    tokens = chosen["fullgraph_max_new_tokens"]
+    # only a value that was set: the defaults fit every built-in model, and reading configs imports transformers
+    too_long = tokens.source and selection_too_long(registry, models, longest_prompt(given["scenarios"]), tokens.value)
+    if too_long:
+        raise pytest.UsageError(f"{tokens.source}={tokens.value}: {too_long}")
     selected = bool(chosen["fullgraph_models"].source or chosen["fullgraph_pretrained"].value)
     return Settings(models=models, models_selected=selected, shard=shard.label if shard else None,
                     levels=select_levels(chosen, levels or builtin_levels(), keyword), **given)

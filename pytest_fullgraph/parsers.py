@@ -15,6 +15,7 @@ import pytest
 
 from pytest_fullgraph import scenarios, shard
 from pytest_fullgraph.models import pretrained
+from pytest_fullgraph.settings import MAX_NEW_TOKENS
 from pytest_fullgraph.suggest import did_you_mean, spelled
 
 #: Device types ``--fullgraph-device`` takes; others (mps, xpu) are untested here and refused by name.
@@ -42,6 +43,16 @@ def parse_positive_int(value: str, source: str) -> int:
         number = 0
     if number <= 0:
         raise pytest.UsageError(f"{source}={value!r} is not a positive integer")
+    return number
+
+
+def parse_new_tokens(value: str, source: str) -> int:
+    """A positive number of new tokens up to ``MAX_NEW_TOKENS``; each selected model's positions bound it further,
+    once the selection is known (``models.positions.selection_too_long``)."""
+    number = parse_positive_int(value, source)
+    if number > MAX_NEW_TOKENS:
+        raise pytest.UsageError(f"{source}={value!r} is more new tokens than a check can generate; use a positive "
+                                f"integer up to {MAX_NEW_TOKENS}, and at most what the models' positions hold")
     return number
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 from collections.abc import Callable, Generator
 from pathlib import Path
@@ -10,7 +9,17 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_fullgraph import compile_events, crash_sites, hookspecs, models, options, progress, report, termination
+from pytest_fullgraph import (
+    compile_events,
+    crash_sites,
+    hookspecs,
+    models,
+    options,
+    progress,
+    report,
+    shipped_suite,
+    termination,
+)
 from pytest_fullgraph.baseline import baseline_of_run
 from pytest_fullgraph.builtin_levels import builtin_levels
 from pytest_fullgraph.environment import git_revision
@@ -63,13 +72,14 @@ def pytest_configure(config: pytest.Config) -> None:
         environment = pytest.MonkeyPatch()
         environment.setenv(INDUCTOR_CACHE_ENV, str(settings.cache_dir))
         config.add_cleanup(environment.undo)
-    session = FullgraphSession(settings, registry, levels, is_worker=hasattr(config, "workerinput"))
+    session = FullgraphSession(settings, registry, levels, is_worker=hasattr(config, "workerinput"),
+                               left_out=shipped_suite.installed_directory() if settings.suite == "off" else None)
     session.baseline = baseline_of_run(config, chosen["fullgraph_baseline"],
                                        bool(chosen["fullgraph_baseline_update"].value), settings)
     session.restore_trace_logger = compile_events.silence_structured_trace()
     if not session.is_worker:
         git_revision()  # now, before the checks: the report names the commit that ran
-    _collect_the_suite(config, settings)
+    shipped_suite.add_to_collection(config, settings)
     config.stash[SESSION_KEY] = session
     sigterm = None if session.is_worker else termination.listen(config)  # a killed run still writes its report
     hooks = _ControllerHooks(session, crash_sites.install(config, session.is_worker), sigterm)
@@ -79,34 +89,10 @@ def pytest_configure(config: pytest.Config) -> None:
         progress.show(config, lambda nodeid: checks.get(parameters_of_test_id(nodeid)), earlier)
 
 
-def suite_directory() -> Path:
-    """Where the shipped conformance suite is: this repository's ``suites/`` in an editable install."""
-    spec = importlib.util.find_spec("pytest_fullgraph.suite")
-    if spec is None or not spec.submodule_search_locations:
-        raise pytest.UsageError("pytest_fullgraph.suite (the conformance suite) is not importable from this "
-                                "installation: reinstall pytest_fullgraph (pip install -e . in a clone), or pass "
-                                "--fullgraph-suite=off and name your own test paths")
-    return Path(next(iter(spec.submodule_search_locations))).resolve()
-
-
-def _collect_the_suite(config: pytest.Config, settings: options.Settings) -> None:
-    """Add the conformance suite to what pytest collects, as if its directory were given as a path.
-
-    "auto" adds it when models were selected and pytest was given no paths of its own (so paths given on the
-    command line mean "run these"); a path that already covers the suite (this repository's testpaths) is
-    collected once. Workers re-parse the same command line and decide the same.
-    """
-    explicit_paths = config.args_source == pytest.Config.ArgsSource.ARGS
-    wanted = settings.suite == "on" or (settings.suite == "auto" and settings.models_selected and not explicit_paths)
-    if not wanted:
-        return
-    suite = suite_directory()
-    covered = []
-    for argument in config.args:
-        path = Path(config.invocation_params.dir, argument.split("::")[0]).resolve()
-        covered.append(path == suite or path in suite.parents)
-    if not any(covered):
-        config.args.append(str(suite))
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """``--fullgraph-suite=off``: the shipped suite is not collected, even where testpaths or a path reach it."""
+    session = config.stash.get(SESSION_KEY, None)
+    return True if session is not None and session.leaves_out(collection_path) else None
 
 
 def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Item]) -> str | None:

@@ -18,13 +18,14 @@ SCHEMA = "pytest_fullgraph/report"
 #: per-model ``models`` section (facts, verdicts by level, flag audit); version 5 each check's ``cudagraph_skips``
 #: and the derived ``break_help`` section (PyTorch's hints by GB id); version 6 each break's ``cause`` (the break
 #: inside a higher-order op such as ``while_loop``) and each check's ``peak_memory`` (CUDA, bytes); version 7 each
-#: check's ``duration_s``. Optional fields bump it too: a reader refuses fields it does not know, and the bump
+#: check's ``duration_s``; version 8 each check's ``model_file`` (where a class transformers does not export is
+#: defined, for its reproducer). Optional fields bump it too: a reader refuses fields it does not know, and the bump
 #: turns "malformed report" into "written by a newer pytest_fullgraph: upgrade". The derived top-level
 #: ``known_issues`` (the known upstream issues the checks match) came without a bump: it is recomputed from the
 #: checks, never read back, and readers pass over top-level fields they do not know.
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 #: Versions this package reads; older reports load with the newer fields at their defaults (float32).
-READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
+READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
 
 
 @dataclass(frozen=True)
@@ -285,6 +286,9 @@ class CheckResult:
     model_class: str = ""
     parameters: int | None = None
     can_compile_fullgraph: bool | None = None
+    #: the absolute path of the file defining the model's class when transformers does not export it (a conftest's
+    #: subclass, a project's model): ``repro`` imports the class from there; "" for transformers' classes
+    model_file: str = ""
     #: the last stage the check reached, as ``Stage.label`` spells it; where an error happened, so a model's eager
     #: failure is not read as a compile's
     stage: str = ""

@@ -6,7 +6,7 @@ for a model (prompts, config, the tokens it picks).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -228,3 +228,8 @@ def select_scenarios(expression: str) -> tuple[str, ...]:
     return select_names(expression, list(SCENARIOS), {"all": SCENARIOS, "basic": BASIC}, "scenario",
                         f"all, basic (the default), globs such as top_*, or a name: {LIST_SCENARIOS} lists all "
                         f"{len(SCENARIOS)}")
+
+
+def longest_prompt(names: Iterable[str]) -> int:
+    """The longest prompt, in tokens, of the named scenarios: the batch's padded width, where positions end."""
+    return max((max(SCENARIOS[name].prompt_lengths) for name in names), default=0)

@@ -19,6 +19,7 @@ from pytest_fullgraph.environment import environment
 from pytest_fullgraph.levels import Levels
 from pytest_fullgraph.model_cache import BuildFailed, ModelCache, ModelEntry, Unavailable
 from pytest_fullgraph.models import Registry
+from pytest_fullgraph.models.positions import declared_positions, too_long
 from pytest_fullgraph.results import DEFAULT_DTYPE, ERROR, SKIP, CheckResult
 from pytest_fullgraph.scenarios import SCENARIOS
 from pytest_fullgraph.settings import DTYPES, Settings
@@ -54,6 +55,8 @@ class FullgraphSession:
     baseline_line: str = ""
     #: property tests' draws by test id: "8 of 8 draws checked", or which were left out and why
     draws: dict[str, str] = field(default_factory=dict)
+    #: the shipped suite's directory when ``--fullgraph-suite=off`` keeps it out of collection, else None
+    left_out: Path | None = None
     models: ModelCache = field(init=False)
 
     def __post_init__(self) -> None:
@@ -65,6 +68,13 @@ class FullgraphSession:
 
     def record(self, nodeid: str, result: CheckResult) -> None:
         self.recorded[(nodeid, result.key)] = result
+
+    def leaves_out(self, path: Path) -> bool:
+        """Whether collection skips ``path``: the shipped suite or a file in it, under ``--fullgraph-suite=off``."""
+        if self.left_out is None:
+            return False
+        resolved = path.resolve()
+        return resolved == self.left_out or self.left_out in resolved.parents
 
     def closing_lines(self) -> list[str]:
         """The terminal summary's lines after the report: the run against its baseline, and the property tests
@@ -112,14 +122,28 @@ class FullgraphSession:
                                  dtype=dtype)
         elif isinstance(entry, BuildFailed):
             result = failed_build(model_name, scenario, level, backend, tokens, dtype, entry.error)
+        elif problem := self.too_long(model_name, entry.model, scenario, tokens):
+            result = CheckResult(model_name, scenario, level, backend, tokens, ERROR, problem, dtype=dtype)
         else:
             result = run_check(entry.model, model_name, SCENARIOS[scenario], level_object, backend, tokens,
                                diagnose=self.settings.records_every_break(level_object),
                                timeout=self.settings.timeout,
                                artifacts=self.settings.artifacts_dir, artifact_runtime=self.settings.artifact_runtime)
         result.duration_s = time.perf_counter() - started
-        result.model_class, result.parameters, result.can_compile_fullgraph = self.models.facts(model_name)
+        (result.model_class, result.parameters, result.can_compile_fullgraph,
+         result.model_file) = self.models.facts(model_name)
         return result
+
+    def too_long(self, name: str, model: Any, scenario: str, tokens: int) -> str:
+        """Why the run's ``max_new_tokens`` do not fit in the built model's declared positions, as one line; ""
+        when they fit. Start-up refuses a set value already where configs are known without a build; this covers
+        models registered with only a build. A level that fixes its own length (``while256``) is not held to it:
+        rotary models run past their declared positions."""
+        if tokens != self.settings.max_new_tokens:
+            return ""
+        limit = declared_positions(name, getattr(model, "config", None))
+        problem = too_long([limit] if limit else [], max(SCENARIOS[scenario].prompt_lengths), tokens)
+        return f"max_new_tokens={tokens}: {problem}" if problem else ""
 
     def max_new_tokens(self, level: str) -> int:
         """Tokens the checks of ``level`` generate: the run's ``max_new_tokens`` unless the level fixes its own."""

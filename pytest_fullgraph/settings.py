@@ -20,6 +20,9 @@ DEFAULT_MODELS = "llama,gemma"
 DEFAULT_TIMEOUT = 900.0
 FAST_BACKEND, SLOW_BACKEND = "aot_eager", "inductor"
 FAST_MAX_NEW_TOKENS, SLOW_MAX_NEW_TOKENS = 4, 16
+#: More new tokens than a check can generate (eagerly and compiled, token by token) in any time limit: refused
+#: while parsing, before any model's own limit (its positions) is read.
+MAX_NEW_TOKENS = 1_000_000
 RUN_SLOW_ENV = "RUN_SLOW"
 #: "auto" (the default): "all" in the slow tier; in the fast tier "all" for every level but those whose
 #: ``Level.every_break_in_fast_tier`` is false (``generate``), which record their first break.

@@ -16,6 +16,7 @@ TYPO_CUTOFF = 0.8
 #: The commands that list every name, for messages that do not (``python -m pytest_fullgraph ...``).
 LIST_MODELS = "python -m pytest_fullgraph models --no-build"
 LIST_SCENARIOS = "python -m pytest_fullgraph scenarios"
+LIST_LEVELS = "python -m pytest_fullgraph levels"
 
 
 def spelled(entry: str, names: Iterable[str]) -> str | None:

@@ -5,6 +5,7 @@ exit 2."""
 from __future__ import annotations
 
 import gzip
+import json
 import shutil
 import subprocess
 import sys
@@ -15,7 +16,8 @@ import pytest
 from pytest_fullgraph import __main__ as command_line
 
 ROOT = Path(__file__).parent.parent
-SUBCOMMANDS = {"report": ("merge", "diff", "collate", "findings"), "versions": (), "models": (), "scenarios": ()}
+SUBCOMMANDS = {"report": ("merge", "diff", "collate", "findings"), "versions": (), "models": (), "scenarios": (),
+               "levels": ()}
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -139,3 +141,20 @@ def test_upstream_refuses_a_repros_directory_that_is_not_there(tmp_path: Path) -
     assert completed.returncode == 2
     assert completed.stderr.strip() == ("pytest_fullgraph: error: --repros /nope: not a directory (give a `repro` "
                                         "command's output directory)")
+
+
+def test_levels_lists_the_built_in_levels_and_when_a_run_collects_them(capsys: pytest.CaptureFixture[str]) -> None:
+    """The list an unknown ``--fullgraph-levels`` name points at, selected as that option selects."""
+    assert command_line.main(["levels", "while*,hf_dynamo"]) == 0
+    rows = [line.split(None, 2)[:2] for line in capsys.readouterr().out.splitlines()]
+    assert rows == [["while", "default"], ["while64", "slow"], ["while256", "slow"], ["hf_dynamo", "opt-in"]]
+    assert command_line.main(["levels", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 13
+
+
+def test_an_unknown_level_in_the_levels_command_is_one_line_with_close_names(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert command_line.main(["levels", "decod"]) == 2
+    assert capsys.readouterr().err == ("pytest_fullgraph: error: unknown level 'decod' (did you mean decode?); "
+                                       "valid: default, all, globs such as hf_*, or one of the 13 level names "
+                                       "(python -m pytest_fullgraph levels lists the built-in ones)\n")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_fullgraph import shipped_suite
 from tests import readme_summary
 from tests.conftest import checks_by_id, read_report
 
@@ -48,19 +49,35 @@ def test_suite_on_adds_the_checks_to_explicit_paths(pytester: pytest.Pytester) -
     assert sum("test_conformance.py::test_generation_compiles_exactly[llama-" in line for line in collected) == 20
 
 
+@pytest.mark.parametrize(("ini", "args"), [
+    ("testpaths = {suite}\n", []),  # this repository's pyproject.toml: testpaths = ["suites"]
+    ("", ["{suite}"]),  # a directory that holds the suite's files
+])
+def test_suite_off_collects_none_of_the_suite_even_through_testpaths_or_its_directory(
+        pytester: pytest.Pytester, ini: str, args: list[str]) -> None:
+    suite = str(shipped_suite.suite_directory())
+    pytester.makeini("[pytest]\n" + ini.format(suite=suite))
+    arguments = [argument.format(suite=suite) for argument in args]
+
+    def collected(*more: str) -> list[str]:
+        result = pytester.runpytest(*arguments, "--fullgraph-models=llama", "--collect-only", "-q", *more)
+        return [line for line in result.outlines if "::" in line]
+
+    assert any("test_conformance.py::" in line for line in collected("--fullgraph-suite=on"))
+    assert collected("--fullgraph-suite=off") == []
+
+
 def test_an_installation_without_the_suite_is_a_usage_error_saying_what_to_do(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Not an assertion inside pytest_configure (an INTERNALERROR): seen with a package path added by hand."""
     import importlib.util
-
-    from pytest_fullgraph import plugin
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *args: None if name == "pytest_fullgraph.suite" else real(name, *args))
     with pytest.raises(pytest.UsageError, match=r"^pytest_fullgraph.suite \(the conformance suite\) is not "
                                                 r"importable .* --fullgraph-suite=off"):
-        plugin.suite_directory()
+        shipped_suite.suite_directory()
 
 
 def test_in_this_repository_the_suite_is_collected_once() -> None:

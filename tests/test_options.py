@@ -69,6 +69,47 @@ def test_bad_option_values_are_usage_errors(pytester: pytest.Pytester, args: lis
     assert len(errors) == 1 and len(errors[0]) < 300, errors  # one line that says what to do
 
 
+@pytest.mark.parametrize(("args", "line"), [
+    (["--fullgraph-max-new-tokens=99999999999999"],
+     "--fullgraph-max-new-tokens='99999999999999' is more new tokens than a check can generate; use a positive "
+     "integer up to 1000000, and at most what the models' positions hold"),
+    (["--fullgraph-models=llama,gpt2,mamba", "--fullgraph-max-new-tokens=5000"],
+     "--fullgraph-max-new-tokens=5000: gpt2 holds at most 256 positions (max_position_embeddings), and its prompts "
+     "take 8, so at most 248 new tokens (too many for llama too)"),
+])
+def test_max_new_tokens_past_what_the_models_hold_is_one_line_at_start_up(pytester: pytest.Pytester,
+                                                                          args: list[str], line: str) -> None:
+    """Not checks that each fail, or run to the time limit (the paths given keep the suite out of this test, so
+    a run that accepted the value would end at once, not after hours)."""
+    pytester.makepyfile(HEADER_TEST)
+    result = run_here(pytester, *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert [error for error in result.errlines if error.startswith("ERROR:")] == [f"ERROR: {line}"]
+
+
+def test_max_new_tokens_set_in_the_ini_past_a_models_positions_names_the_ini_key(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nfullgraph_max_new_tokens = 300\n")
+    pytester.makepyfile(HEADER_TEST)
+    result = run_here(pytester, "--fullgraph-models=llama")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert ("ERROR: ini fullgraph_max_new_tokens=300: llama holds at most 256 positions (max_position_embeddings), "
+            "and its prompts take 8, so at most 248 new tokens") in result.errlines
+
+
+@pytest.mark.parametrize(("scenarios", "tokens"), [("basic", 248), ("forced_bos", 255)])
+def test_max_new_tokens_up_to_the_positions_left_after_the_prompts_run(pytester: pytest.Pytester, scenarios: str,
+                                                                         tokens: int) -> None:
+    """The limit counts the selected scenarios' longest prompt: forced_bos's prompts are one token."""
+    pytester.makepyfile(HEADER_TEST)
+    result = run_here(pytester, "--fullgraph-models=llama,gpt2", f"--fullgraph-scenarios={scenarios}",
+                      f"--fullgraph-max-new-tokens={tokens}")
+    assert result.ret == 0, result.stderr.str()
+    assert f"max_new_tokens={tokens} " in header(result)
+    over = run_here(pytester, "--fullgraph-models=llama,gpt2", f"--fullgraph-scenarios={scenarios}",
+                    f"--fullgraph-max-new-tokens={tokens + 1}")
+    assert over.ret == pytest.ExitCode.USAGE_ERROR
+
+
 def test_choices_are_taken_in_any_case(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(HEADER_TEST)
     result = run_here(pytester, "--fullgraph-backend=EAGER", "--fullgraph-dtype=Float32,BFLOAT16",

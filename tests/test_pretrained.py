@@ -45,6 +45,15 @@ def test_without_a_selection_only_the_checkpoints_run(pytester: pytest.Pytester,
     assert models == {"mine"}
 
 
+def test_a_checkpoint_is_held_to_its_saved_positions_at_start_up(pytester: pytest.Pytester, checkpoint: Path) -> None:
+    """Its config, read when it is registered, gives the limit: nothing is loaded to refuse the run."""
+    result = pytester.runpytest(f"--fullgraph-pretrained=mine={checkpoint}", "--fullgraph-max-new-tokens=300",
+                                "--collect-only", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert ("ERROR: --fullgraph-max-new-tokens=300: mine holds at most 256 positions (max_position_embeddings), "
+            "and its prompts take 8, so at most 248 new tokens") in result.errlines
+
+
 def test_the_registered_checkpoint_is_tagged_and_loads_as_saved(checkpoint: Path) -> None:
     import torch
 

@@ -110,9 +110,9 @@ BAD_REPORTS = [
     (b"\x1f\x8b\x08\x00truncated", "cannot read as gzip"),
     ('{"schema": "something-else"}', 'not a pytest_fullgraph report (expected "schema": "pytest_fullgraph/report")'),
     ("[1, 2]", "not a pytest_fullgraph report"),
-    (a_report(version=99), "written by a newer pytest_fullgraph (report schema version 99; this one reads 1 to 7): "
+    (a_report(version=99), "written by a newer pytest_fullgraph (report schema version 99; this one reads 1 to 8): "
                            "upgrade pytest_fullgraph to read it"),
-    (a_report(version="x"), "report schema version 'x' is not supported; this pytest_fullgraph reads versions 1 to 7"),
+    (a_report(version="x"), "report schema version 'x' is not supported; this pytest_fullgraph reads versions 1 to 8"),
     (a_report(environment=None), "malformed report: environment: missing"),
     (a_report(checks={}), "malformed report: checks: expected a list, got an object"),
     (a_report(check={**GOOD_CHECK, "outcome": None}), "malformed report: checks[1].outcome: expected a string, got "
@@ -189,6 +189,39 @@ def test_an_output_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
     assert completed.returncode == 2
     assert completed.stderr.startswith(f"pytest_fullgraph: error: {blocker / 'out'}: cannot write")
     assert len(completed.stderr.splitlines()) == 1
+
+
+def test_diff_html_given_a_directory_writes_the_page_inside_it_after_the_verdict(tmp_path: Path) -> None:
+    baseline = save(tmp_path / "base", [a_result("gemma", "pass")])
+    current = save(tmp_path / "cur", [a_result("gemma", "mismatch")])
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    completed = cli("report", "diff", str(baseline), str(current), "--html", str(pages))
+    assert completed.returncode == 1, completed.stderr  # the gate's verdict, not an output error
+    lines = completed.stdout.splitlines()
+    assert lines[-1] == f"diff page: {pages / report.DIFF_HTML_NAME}"
+    assert any(line.startswith("1 regression(s), 0 improvement(s)") for line in lines[:-1])
+    assert "Compared with" in (pages / report.DIFF_HTML_NAME).read_text()
+    assert [path.name for path in tmp_path.iterdir() if path.name.startswith(".")] == []
+
+
+def test_diff_html_that_cannot_be_written_says_so_in_one_line_after_the_verdict(tmp_path: Path) -> None:
+    baseline = save(tmp_path / "base", [a_result("gemma", "pass")])
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    completed = cli("report", "diff", str(baseline), str(baseline), "--html", str(blocker / "page.html"))
+    assert completed.returncode == 2
+    assert completed.stdout.splitlines()[-1] == "0 regression(s), 0 improvement(s), 0 note(s): gate passed"
+    assert completed.stderr.startswith(f"pytest_fullgraph: error: --html {blocker / 'page.html'}: cannot write (")
+    assert "a file to write or a directory" in completed.stderr and len(completed.stderr.splitlines()) == 1
+
+
+def test_an_atomic_write_onto_a_directory_names_it_and_leaves_nothing(tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    with pytest.raises(IsADirectoryError) as raised:
+        report.write_atomic(tmp_path / "out", "text")
+    assert raised.value.filename == str(tmp_path / "out")
+    assert [path.name for path in tmp_path.iterdir()] == ["out"] and not list((tmp_path / "out").iterdir())
 
 
 def test_interrupted_write_keeps_the_previous_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

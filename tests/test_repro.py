@@ -134,6 +134,15 @@ def test_a_found_failure_matches_by_kind_type_and_site() -> None:
     assert site_only.differs({"kind": "break", "type": "GB", "where": "transformers/x.py:3"}) == ""
 
 
+def test_a_project_file_is_matched_by_its_end_on_the_recorded_line() -> None:
+    """A conftest's file is relative to the run's directory in the report, absolute in a script's output."""
+    expected = Expected("break", "Data-dependent branching", "conftest.py:9")
+    found = {"kind": "break", "type": "Data-dependent branching", "where": "/home/me/project/conftest.py:9"}
+    assert expected.differs(found) == ""
+    assert expected.differs({**found, "where": "/home/me/project/conftest.py:12"})
+    assert expected.differs({**found, "where": "/home/me/project/myconftest.py:9"})
+
+
 def script(template: str, kind: str = "error", **changes: Any) -> Script:
     expected = Expected(kind, "IndexError" if kind == "error" else "UserError", "transformers/x.py:1")
     base = Script(template, expected, ("m-greedy-forward-float32", "m-sample-forward-float32"), "LlamaForCausalLM",
@@ -158,6 +167,28 @@ def test_every_script_is_python_that_imports_torch_and_transformers_only(templat
     assert called & {"where", "found_in", "finish", "positions_loop"} <= defined  # each helper it calls it defines
     assert text.startswith("# Reproducer of m-greedy-forward-float32 (+1 check failing alike)")
     assert "layers 2→1" in text and len(text.splitlines()) <= MAX_LINES
+
+
+@pytest.mark.parametrize("stand_in", [False, True])
+def test_a_project_class_is_imported_from_its_file_and_the_header_names_it(stand_in: bool) -> None:
+    text = render(script("forward_compile", "break", model_class="BranchyLlama", stand_in=stand_in,
+                         project={"BranchyLlama": "/home/me/project/conftest.py"}))
+    header = " ".join(line.removeprefix("# ") for line in text.splitlines() if line.startswith("#"))
+    assert "needs torch, transformers and the class BranchyLlama from /home/me/project/conftest.py" in header
+    assert ("a stand-in takes its imports of pytest_fullgraph" in header) is stand_in
+    tree = ast.parse(text)
+    assert "from transformers import LlamaConfig, StaticCache" in text and not imports_package(text)
+    assert "    project = project_module('/home/me/project/conftest.py')" in text
+    assert "model = project.BranchyLlama(LlamaConfig(**CONFIG)).eval()" in text
+    assert ("no_op" in {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}) is stand_in
+
+
+def test_project_classes_of_two_files_get_a_module_each() -> None:
+    text = render(script("eager_error", model_class="MyForCausalLM", config_class="MyConfig",
+                         project={"MyForCausalLM": "/p/modeling.py", "MyConfig": "/p/configuration.py"}))
+    assert "model = project1.MyForCausalLM(project2.MyConfig(**CONFIG)).eval()" in text
+    assert "the class MyConfig from /p/configuration.py and the class MyForCausalLM from /p/modeling.py" in " ".join(
+        line.removeprefix("# ") for line in text.splitlines() if line.startswith("#"))
 
 
 def test_a_literal_is_broken_between_items_and_reads_back_the_same() -> None:
@@ -318,6 +349,73 @@ def test_a_written_reproducer_fails_the_recorded_way_in_a_fresh_process(model: s
     assert expected in entries[0].printed
     index = json.loads((tmp_path / INDEX_NAME).read_text())
     assert index["reproducers"][0]["checks"] == [result.check_id]
+
+
+PROJECT_MODEL = """\
+from transformers import LlamaForCausalLM
+
+
+class Branchy(LlamaForCausalLM):
+    def forward(self, *args, **kwargs):
+        out = super().forward(*args, **kwargs)
+        if out.logits.sum() > 0:  # a data-dependent branch: a graph break
+            out.logits = out.logits * 1
+        return out
+"""
+
+
+def _project_module(path: Path, text: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``text`` imported from ``path`` as a project's module, in ``sys.modules`` for this test (where Python finds
+    a class's file)."""
+    import importlib.util
+
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, path.stem, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_projects_class_is_rebuilt_from_its_file_in_a_fresh_process(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file that does not import pytest_fullgraph is imported as it is; the script needs it, torch and
+    transformers."""
+    from pytest_fullgraph.check import run_check
+    from pytest_fullgraph.models import Registry, build_tiny
+
+    module = _project_module(tmp_path / "fullgraph_project_model.py", PROJECT_MODEL, monkeypatch)
+    registry = Registry()
+    registry.register("branchy", lambda: build_tiny("llama", model_class=module.Branchy))
+    result = run_check(registry["branchy"].build(), "branchy", "greedy", "forward", "eager", 2, diagnose=False)
+    assert result.outcome == "break", result.message
+    entries = reproduce([result], {}, tmp_path / "out", reduce_s=0, say=lambda line: None, registry=registry)
+    assert entries[0].written and entries[0].exit_status == 1, entries[0].reason
+    text = (tmp_path / "out" / entries[0].written).read_text()
+    assert f"project = project_module({str(tmp_path / 'fullgraph_project_model.py')!r})" in text
+    assert "stand-in" not in text and "import importlib.util\n" in text
+
+
+def test_a_class_a_script_cannot_import_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from pytest_fullgraph.models import Registry
+    from pytest_fullgraph.models.oracle import OracleForCausalLM
+    from pytest_fullgraph.repro.case import build_case, project_classes
+
+    module = _project_module(tmp_path / "fullgraph_nested_model.py",
+                             "def make():\n    class Inner: pass\n    return Inner\n", monkeypatch)
+    assert project_classes([LlamaForCausalLM, LlamaConfig]) == {}
+    assert "defined inside make in" in str(project_classes([module.make()]))
+    assert "pytest_fullgraph's own" in str(project_classes([OracleForCausalLM]))
+    hidden = type("HiddenForCausalLM", (), {"__module__": "transformers.models.hidden.modeling_hidden"})
+    assert "cannot be imported from transformers' top level" in str(project_classes([hidden]))
+    unregistered = check(model="branchy", outcome="break")
+    unregistered.model_class, unregistered.model_file = "Branchy", "/home/me/project/conftest.py"
+    assert build_case(unregistered, Registry()) == (
+        "model 'branchy' is not registered here: its class Branchy is in /home/me/project/conftest.py; run pytest "
+        "with --fullgraph-repro=DIR where that file registers it")
 
 
 def test_a_script_that_does_not_fail_the_recorded_way_is_not_written(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pytest_fullgraph.models import build as _build
 from pytest_fullgraph.models.build import (
@@ -54,6 +54,9 @@ class ModelSpec:
     #: the transformers model type a built-in model is built from ("" for models registered by users): its
     #: config's defaults give the derived tags (``tag:moe``, ``tag:sliding``, ...)
     model_type: str = ""
+    #: the model's config without building it (the tiny config of a built-in type, a checkpoint's own), so that
+    #: start-up can check limits such as its positions; None where only the build knows it (``register_model``)
+    config: Callable[[], Any] | None = None
 
     def __post_init__(self) -> None:
         if (not self.name or self.name in KEYWORDS or self.name != self.name.strip()
@@ -75,10 +78,13 @@ def tiny_spec(model_type: str) -> ModelSpec:
     def build() -> PreTrainedModel:
         return build_tiny(model_type)
 
+    def config() -> Any:
+        return tiny_config(model_type)
+
     record = RECORDS.get(model_type)
     if record is None:
-        return ModelSpec(model_type, build, model_type=model_type)
-    return ModelSpec(model_type, build, record.family_name, record.tags, record.known_reason, model_type)
+        return ModelSpec(model_type, build, model_type=model_type, config=config)
+    return ModelSpec(model_type, build, record.family_name, record.tags, record.known_reason, model_type, config)
 
 
 __all__ = [

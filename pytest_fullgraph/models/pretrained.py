@@ -7,11 +7,12 @@ error naming it rather than one failed build per check.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from pytest_fullgraph.models import Registry
+from pytest_fullgraph.models import ModelSpec, Registry
 from pytest_fullgraph.results import first_line
 
 if TYPE_CHECKING:
@@ -35,8 +36,9 @@ def parse_pretrained(value: str, source: str) -> dict[str, Path]:
     return found
 
 
-def check_directory(name: str, directory: Path, source: str) -> str:
-    """The checkpoint's ``model_type``; a ``ValueError`` naming the directory when it cannot be loaded."""
+def check_directory(name: str, directory: Path, source: str) -> Any:
+    """The checkpoint's config (kept, so start-up can check its limits); a ``ValueError`` naming the directory
+    when it cannot be loaded."""
     if not directory.is_dir():
         raise ValueError(f"{source}: {name}={directory}: no such directory")
     try:
@@ -46,7 +48,12 @@ def check_directory(name: str, directory: Path, source: str) -> str:
     except Exception as error:  # transformers' errors for a bad directory vary: OSError, ValueError, KeyError
         raise ValueError(f"{source}: {name}={directory}: transformers cannot read a model config there "
                          f"({type(error).__name__}: {first_line(error)})") from None
-    return str(config.model_type)
+    return config
+
+
+def _same(config: Any) -> Any:
+    """The config read at registration, for ``ModelSpec.config``: the directory is not read twice."""
+    return config
 
 
 def loader(directory: Path) -> Callable[[], PreTrainedModel]:
@@ -77,7 +84,8 @@ def register_directories(registry: Registry, directories: Mapping[str, Path], so
         if name in registry:  # replace=True is Python's way out; on the command line, another name is
             raise ValueError(f"{source}: {name}={directory}: {name!r} is already a model's name; give the "
                              f"checkpoint another NAME, e.g. my_{name}={directory}")
-        model_type = check_directory(name, directory, source)
-        registry.register(name, loader(directory), family=model_type, tags=(PRETRAINED_TAG,))
+        config = check_directory(name, directory, source)
+        registry.add(ModelSpec(name, loader(directory), str(config.model_type), frozenset({PRETRAINED_TAG}),
+                               config=functools.partial(_same, config)))
         names.append(name)
     return tuple(names)

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from pytest_fullgraph.report.files import distinct, load, write, write_atomic
 from pytest_fullgraph.report.gate import GateResult, diff, refresh_advice, refresh_command
+from pytest_fullgraph.report.html import DIFF_HTML_NAME
 from pytest_fullgraph.report.merge import merge
 from pytest_fullgraph.report.render import markdown
 from pytest_fullgraph.report.schema import JSON_NAME, MARKDOWN_NAME, Report, ReportError
 from pytest_fullgraph.report.terminal import terminal_lines
 
 __all__ = [
+    "DIFF_HTML_NAME",
     "JSON_NAME",
     "MARKDOWN_NAME",
     "GateResult",

@@ -3,6 +3,7 @@ Markdown and HTML files atomically, so an interrupted run never leaves a truncat
 
 from __future__ import annotations
 
+import errno
 import gzip
 import json
 import os
@@ -58,36 +59,40 @@ def _umask() -> int:
     return current
 
 
-def write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str | bytes) -> None:
     """Write through a temporary file and rename, so an interrupted run never leaves a truncated file.
 
-    The file gets the mode any file the user writes gets (0666 less the umask), not the temporary file's 0600.
+    The file gets the mode any file the user writes gets (0666 less the umask), not the temporary file's 0600. An
+    ``OSError`` names ``path``, never the temporary file: the user gave one and has never heard of the other.
     """
+    if path.is_dir():  # os.replace would say so of the temporary file
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    temporary = ""
     try:
-        with os.fdopen(handle, "w") as stream:
+        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        with os.fdopen(handle, "wb" if isinstance(text, bytes) else "w") as stream:
             stream.write(text)
         os.chmod(temporary, 0o666 & ~_umask())
         os.replace(temporary, path)
+    except OSError as error:
+        _remove(temporary)
+        raise OSError(error.errno, error.strerror, str(path)) from None  # the subclass of its errno, as raised
     except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+        _remove(temporary)
         raise
+
+
+def _remove(temporary: str) -> None:
+    if temporary:
+        Path(temporary).unlink(missing_ok=True)
 
 
 def save(report: Report, path: Path) -> None:
     """``report`` as one JSON file at ``path`` (sorted keys, gzipped when the name ends in ``.gz``, as the committed
     reports are kept), written atomically: a baseline rewritten or a committed report updated in place."""
     text = json.dumps(report.to_dict(), indent=2, sort_keys=True) + "\n"
-    if path.suffix != ".gz":
-        write_atomic(path, text)
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(handle, "wb") as stream:
-        stream.write(gzip.compress(text.encode(), mtime=0))
-    os.chmod(temporary, 0o666 & ~_umask())
-    os.replace(temporary, path)
+    write_atomic(path, gzip.compress(text.encode(), mtime=0) if path.suffix == ".gz" else text)
 
 
 def write(report: Report, directory: str | Path, *, baseline: Report | None = None,

@@ -17,13 +17,16 @@ from html import escape
 from importlib import resources
 from typing import Any
 
+from pytest_fullgraph.break_advice import REGISTRY, SOURCES, Advice
 from pytest_fullgraph.report.gate import GateResult, diff
 from pytest_fullgraph.report.known_issues import by_issue
 from pytest_fullgraph.report.schema import Report
-from pytest_fullgraph.report.tables import canonical, columns, crash_line, grouped_sites, plural
+from pytest_fullgraph.report.tables import canonical, columns, crash_line, grouped_sites, plural, site_advice
 from pytest_fullgraph.results import DEFAULT_DTYPE, OUTCOMES, CheckResult
 
 HTML_NAME = "fullgraph-report.html"
+#: The page `report diff --html DIR` writes into a directory: beside a merged report, not over its own page
+DIFF_HTML_NAME = "fullgraph-diff.html"
 #: Where a break's file lies on GitHub, by the first folder of its path: the package whose version picks the tag,
 #: and the address of the tag's tree (transformers keeps its package under ``src/``).
 SOURCE_TREES = {"transformers/": ("transformers", "https://github.com/huggingface/transformers/blob/v{version}/src/"),
@@ -286,28 +289,38 @@ def _header_cell(sort_key: str, label: str) -> str:
 
 
 def _sites_section(report: Report, checks: list[CheckResult]) -> list[str]:
-    """Break sites across the checks, most widespread first, each linked to its line at the release that ran."""
+    """Break sites across the checks, most widespread first, each linked to its line at the release that ran, with
+    advice for each."""
     sites = grouped_sites(checks)
     if not sites:
         return []
     roots, help_by_id = source_roots(report.environment), report.break_help()
     lines = ["<h2>Break sites</h2>", '<table class="sites"><thead><tr><th>location</th><th>function</th><th>GB id</th>'
-             "<th>break</th><th>origin</th><th>root cause</th><th>models</th><th class=\"n\">checks</th></tr></thead>"
+             "<th>break</th><th>hint</th><th>origin</th><th>root cause</th><th>models</th><th class=\"n\">checks</th>"
+             "</tr></thead>"
              "<tbody>"]
     for site in sites:
         file, _, line = str(site["where"]).rpartition(":")
         url = source_url(file, int(line), roots) if line.isdigit() else ""
         where = f'<a href="{_text(url)}">{_text(site["where"])}</a>' if url else _text(site["where"])
         inside = f"; inside it: {_text(site['inside'])}" if site.get("inside") else ""
-        inside += "".join(f'; known: <a href="{_text(issue.url)}">{_text(issue.url)}</a> ({_text(issue.status)})'
+        inside += "".join(f'; known: <a href="{_text(issue.url)}">{_text(issue.url)}</a> ({_text(issue.status_text)})'
                           for issue in site["known"])
         models = (f"<details><summary>{plural(len(site['models']), 'model')}</summary>"
                   f"{_text(', '.join(site['models']))}</details>")
         lines.append(f'<tr><td class="where">{where}</td><td>{_text(site["function"])}</td>'
                      f"<td>{_gb_link(site['gb_id'], help_by_id)}</td><td>{_text(site['gb_type'])}{inside}</td>"
+                     f"<td class=\"hint\">{_advice_cell(site_advice(site, help_by_id))}</td>"
                      f"<td>{_text(site['origin'])}</td><td>{'yes' if site['root_cause'] else 'no'}</td>"
                      f'<td class="models">{models}</td><td class="n">{len(site["checks"])}</td></tr>')
     return [*lines, "</tbody></table>"]
+
+
+def _advice_cell(advice: Advice) -> str:
+    """The advice, its page linked, and where its words come from unless PyTorch's help for the GB id."""
+    page = f' <a href="{_text(advice.url)}">page</a>' if advice.url else ""
+    origin = "" if advice.source == REGISTRY else f" <i>({_text(SOURCES[advice.source])})</i>"
+    return f"{_text(advice.text)}{page}{origin}"
 
 
 def _gb_link(gb_id: str, help_by_id: dict[str, Any]) -> str:

@@ -19,8 +19,9 @@ from typing import Any
 from pytest_fullgraph.report.causes import raised_at
 from pytest_fullgraph.results import BREAK, FAILING_OUTCOMES, BreakRecord, CheckResult
 
-#: What an entry's ``status`` may say of its issue or pull request.
-STATUSES = ("open", "merged", "closed")
+#: What an entry's ``status`` may say of its issue or pull request; "unknown": the tracker's state was not read when
+#: the entry went in (the renderings say "status unknown").
+STATUSES = ("open", "merged", "closed", "unknown")
 #: The signature's fields, as ``KnownIssue`` names them; each is a glob (``fnmatch``, case-sensitive), "" for any.
 SIGNATURE = ("site", "gb_id", "error", "message", "model", "level")
 
@@ -51,9 +52,14 @@ class KnownIssue:
         """The fields given, by name."""
         return {name: value for name in SIGNATURE if (value := getattr(self, name))}
 
+    @property
+    def status_text(self) -> str:
+        """The status as a rendering shows it beside the address: ``open``, ``status unknown``."""
+        return "status unknown" if self.status == "unknown" else self.status
+
     def label(self) -> str:
         """``known: URL (open)``, as every rendering says it."""
-        return f"known: {self.url} ({self.status})"
+        return f"known: {self.url} ({self.status_text})"
 
     def to_dict(self) -> dict[str, Any]:
         return {"url": self.url, "title": self.title, "status": self.status, "signature": self.signature()}
@@ -65,6 +71,13 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
                title="deepseek_v4's static cache has no `heavily_compressed_attention` layer (DSv4 static cache)",
                status="open", site="transformers/cache_utils.py:*", error="KeyError",
                message="*KeyError: 'heavily_compressed_attention'*"),
+    # the refusal's note (``hf_export.CheckedRunner``) names the counter; ExecuTorch's runner refusals recorded before
+    # the note show only the spec given, not the exported one, so they are left unmatched
+    KnownIssue(url="https://github.com/huggingface/transformers/issues/44609",
+               title="sliding-window cache layers count steps in a Python int (`cumulative_length_int`): an exported "
+                     "decode program refuses the next step, a compiled forward recompiles",
+               status="unknown", site="transformers/exporters/runners/runner_*.py:*",
+               message="*SlidingWindow*.cumulative_length_int * at export, * now*"),
 )
 
 

@@ -5,8 +5,10 @@ a list of lines, empty when there is nothing to say."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from pytest_fullgraph.break_advice import REGISTRY, SOURCES, Advice
+from pytest_fullgraph.break_help import BreakHelp, hint_text
 from pytest_fullgraph.builtin_levels import BUILTIN_LEVEL_NAMES
 from pytest_fullgraph.report.audit import disagreements, has_flags, model_summaries
 from pytest_fullgraph.report.causes import FAULTS, error_key, group, skip_key
@@ -17,8 +19,8 @@ from pytest_fullgraph.report.tables import (
     cudagraph_skips,
     escape,
     fold,
-    hint_text,
     plural,
+    site_advice,
     sites_by_location,
 )
 from pytest_fullgraph.results import (
@@ -32,9 +34,6 @@ from pytest_fullgraph.results import (
     check_seconds,
 )
 
-if TYPE_CHECKING:
-    from pytest_fullgraph.break_help import BreakHelp
-
 #: Slowest checks listed; lists longer than this many lines fold.
 SLOWEST_SHOWN = 10
 FOLD_LINES = 20
@@ -42,7 +41,7 @@ FOLD_LINES = 20
 
 def break_sites(report: Report, checks: list[CheckResult]) -> list[str]:
     """One row per line of code that breaks: the statement under its location, each break there with PyTorch's
-    page, origin, models and checks; then PyTorch's words on each GB id."""
+    page, origin, models and checks; then PyTorch's words on each GB id, and advice for the breaks without."""
     places = sites_by_location(checks)
     if not places:
         return []
@@ -57,7 +56,7 @@ def break_sites(report: Report, checks: list[CheckResult]) -> list[str]:
                      f"| {fold(place['models'])} | {len(place['checks'])} |")
     lines.append("")
     gb_ids = [gb for place in places for site in place["breaks"] for gb in (site["gb_id"], site["inside_gb_id"]) if gb]
-    return lines + _break_help(gb_ids, help_by_id)
+    return lines + _break_help(gb_ids, help_by_id) + _other_advice(places, help_by_id)
 
 
 def _break_text(site: dict[str, Any], help_by_id: dict[str, BreakHelp]) -> str:
@@ -83,6 +82,25 @@ def _break_help(gb_ids: list[str], help_by_id: dict[str, BreakHelp]) -> list[str
         text = " ".join(part for part in (found.explanation, f"Hint: {hint_text(found)}" if hint_text(found) else "")
                         if part)
         lines.append(f"- [{found.gb_id}]({found.url}) **{escape(found.gb_type)}**: {escape(text)}")
+    return [*lines, ""]
+
+
+def _other_advice(places: list[dict[str, Any]], help_by_id: dict[str, BreakHelp]) -> list[str]:
+    """Advice for the breaks PyTorch's help for a GB id does not cover (none, or none stored): from PyTorch's
+    message or documentation, else by the break's kind; breaks of one type with the same advice share an item."""
+    sites: dict[tuple[str, Advice], list[str]] = {}
+    for place in places:
+        for site in place["breaks"]:
+            advice = site_advice(site, help_by_id)
+            if advice.source != REGISTRY:
+                sites.setdefault((site["gb_type"], advice), []).append(f"`{place['where']}`")
+    if not sites:
+        return []
+    lines = ["### Advice for the breaks without PyTorch's help for a GB id", ""]
+    for (gb_type, advice), wheres in sites.items():
+        page = f" [PyTorch's page]({advice.url})" if advice.url else ""
+        lines.append(f"- **{escape(gb_type)}** at {fold(wheres, 'site')}: {escape(advice.text)}{page} "
+                     f"*({SOURCES[advice.source]})*")
     return [*lines, ""]
 
 

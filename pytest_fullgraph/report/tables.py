@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from pytest_fullgraph.break_advice import Advice, advise
+from pytest_fullgraph.break_help import BreakHelp
 from pytest_fullgraph.builtin_levels import BUILTIN_LEVEL_NAMES
 from pytest_fullgraph.report import known_issues
 from pytest_fullgraph.report.causes import shown_origin
 from pytest_fullgraph.report.schema import Report
 from pytest_fullgraph.results import DEFAULT_DTYPE, CheckResult
 from pytest_fullgraph.scenarios import SCENARIOS
-
-if TYPE_CHECKING:
-    from pytest_fullgraph.break_help import BreakHelp
 
 
 def plural(count: int, noun: str) -> str:
@@ -64,8 +63,8 @@ def rows(checks: list[CheckResult]) -> list[tuple[str, str, str]]:
 
 
 def grouped_sites(checks: list[CheckResult]) -> list[dict[str, Any]]:
-    """Break sites across all checks, most widespread first: location, GB id, origin, models, checks, and the
-    known upstream issues its breaks match (``known``)."""
+    """Break sites across all checks, most widespread first: location, GB id, origin, models, checks, the known
+    upstream issues its breaks match (``known``) and its first break (``record``, what ``site_advice`` reads)."""
     sites: dict[tuple[str, str, str], dict[str, Any]] = {}
     for result in checks:
         for record in result.break_records():
@@ -78,7 +77,7 @@ def grouped_sites(checks: list[CheckResult]) -> list[dict[str, Any]]:
                 "source": record.source,
                 "models": set(), "checks": set(),
                 "root_cause": False, "inside": inside, "inside_gb_id": record.cause.gb_id if record.cause else "",
-                "known": {},
+                "known": {}, "record": record,
             })
             site["models"].add(result.model)
             site["checks"].add(result.check_id)
@@ -108,6 +107,11 @@ def sites_by_location(checks: list[CheckResult]) -> list[dict[str, Any]]:
     for place in ordered:
         place["models"], place["checks"] = sorted(place["models"]), sorted(place["checks"])
     return ordered
+
+
+def site_advice(site: dict[str, Any], help_by_id: dict[str, BreakHelp]) -> Advice:
+    """What to do about a break site (``break_advice.advise`` of its first break): every site has advice."""
+    return advise(site["record"], help_by_id)
 
 
 def fold(names: list[str], noun: str = "model", shown: int = 5) -> str:
@@ -149,12 +153,6 @@ def crash_line(worker: dict[str, str]) -> str:
 
 def escape(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
-
-
-def hint_text(found: BreakHelp) -> str:
-    """The specific hints, then what kind of break the boilerplate says it is: one line."""
-    kinds = f"({', '.join(found.kinds)})" if found.kinds else ""
-    return " ".join(part for part in (*found.hints, kinds) if part)
 
 
 def cudagraph_skips(checks: list[CheckResult]) -> list[tuple[str, list[str]]]:

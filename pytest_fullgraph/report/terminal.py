@@ -1,4 +1,4 @@
-"""pytest's terminal summary of a report: a compact matrix, the most widespread break sites with PyTorch's hint,
+"""pytest's terminal summary of a report: a compact matrix, the most widespread break sites with a hint each,
 the known upstream issues the failures match, flag disagreements, why checks were skipped, CUDA-graph skips,
 crashed workers."""
 
@@ -16,9 +16,9 @@ from pytest_fullgraph.report.tables import (
     crash_line,
     cudagraph_skips,
     grouped_sites,
-    hint_text,
     inside_text,
     rows,
+    site_advice,
 )
 from pytest_fullgraph.results import BREAK, MISMATCH, OUTCOMES, SKIP, CheckResult
 
@@ -55,10 +55,8 @@ def terminal_lines(report: Report, top_sites: int = 5) -> list[str]:
         for site in sites:
             lines.append(f"  {site['where']} {site['gb_id'] or '-'} {site['gb_type']}{inside_text(site)} "
                          f"[{site['origin']}] in {len(site['checks'])} check(s): {', '.join(site['models'])}")
-            found = help_by_id.get(site["gb_id"] or site["inside_gb_id"])
-            if found is not None:
-                lines.append(f"    hint: {hint_text(found) or found.explanation} {found.url}".rstrip())
-            lines += [f"    {issue.label()}" for issue in site["known"]]
+            lines += [f"    {issue.label()}" for issue in site["known"]]  # already reported: before how to fix it
+            lines.append(f"    hint: {site_advice(site, help_by_id).line()}")
     for issue, matched in by_issue(checks):  # a repeated run tells its known failures from new ones
         lines.append(f"{issue.label()}: {issue.title}, in {len(matched)} failing check(s): "
                      f"{', '.join(sorted({result.model for result in matched}))}")

@@ -161,7 +161,8 @@ def draft(group: str, found: list[Cause], environment: dict[str, Any], report_na
         already = cause.known()
         lines += [f"## {number}. {cause.title}{' (known upstream)' if already else ''}", "",
                   *(line for issue, covered in already.items() for line in (
-                      f"**Known upstream** ({issue.status}, {len(covered)} of {plural(len(cause.checks), 'check')}): "
+                      f"**Known upstream** ({issue.status_text}, {len(covered)} of "
+                      f"{plural(len(cause.checks), 'check')}): "
                       f"[{issue.title}]({issue.url}). Already reported: add to it what this run adds (models, "
                       "versions) rather than file it again.", "")),
                   f"**Models affected** ({plural(len(cause.models), 'model')}, {plural(len(cause.checks), 'check')}; "

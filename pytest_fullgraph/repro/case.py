@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import platform
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_fullgraph.inputs import generation_config, left_padded_prompts, make_inputs, scenario_values
@@ -14,7 +15,9 @@ from pytest_fullgraph.modeling import forward_parameters, vocab_size
 from pytest_fullgraph.models import DEFAULT_SEED, Registry
 from pytest_fullgraph.models.tiny import PAD_TOKEN_ID
 from pytest_fullgraph.repro.plan import Plan
+from pytest_fullgraph.repro.project import project_classes
 from pytest_fullgraph.repro.source import Script
+from pytest_fullgraph.repro.verify import imports_package
 from pytest_fullgraph.results import CheckResult, first_line
 from pytest_fullgraph.scenarios import SCENARIOS
 
@@ -46,6 +49,8 @@ class Case:
     generate_arguments: tuple[str, ...] = ()
     decode_step: bool = True
     reduced: tuple[str, ...] = field(default_factory=tuple)
+    #: the classes transformers does not export (a conftest's model), by name, with the file each is imported from
+    project: dict[str, str] = field(default_factory=dict)
 
     def with_tokens(self, tokens: int) -> Case:
         return replace(self, max_new_tokens=tokens, generation={**self.generation, "max_new_tokens": tokens})
@@ -54,10 +59,11 @@ class Case:
 def build_case(result: CheckResult, registry: Registry) -> Case | str:
     """The case of a check, or why none can be made here."""
     import torch
-    import transformers
 
     if result.model not in registry:
-        return f"model {result.model!r} is not registered here (a model of the report's own conftest?)"
+        where = (f": its class {result.model_class} is in {result.model_file}; run pytest with --fullgraph-repro=DIR "
+                 "where that file registers it" if result.model_file else " (a model of the report's own conftest?)")
+        return f"model {result.model!r} is not registered here{where}"
     if result.scenario not in SCENARIOS:
         return f"scenario {result.scenario!r} is not built in"
     if result.device and not result.device.startswith("cpu"):
@@ -68,10 +74,9 @@ def build_case(result: CheckResult, registry: Registry) -> Case | str:
         return f"the model does not build here ({type(error).__name__}: {first_line(error)})"
     if result.dtype != "float32":
         model = model.to(getattr(torch, result.dtype))
-    classes = (type(model), type(model.config))
-    missing = [klass.__name__ for klass in classes if getattr(transformers, klass.__name__, None) is not klass]
-    if missing:
-        return f"{', '.join(missing)} cannot be imported from transformers, so a script cannot rebuild the model"
+    project = project_classes((type(model), type(model.config)))
+    if isinstance(project, str):
+        return project
     scenario = SCENARIOS[result.scenario]
     inputs = make_inputs(model, scenario)
     with torch.no_grad():
@@ -81,7 +86,7 @@ def build_case(result: CheckResult, registry: Registry) -> Case | str:
     parameters = forward_parameters(model)
     return Case(type(model), type(model.config), plain_config(model.config), vocab_size(model), scenario.prompt_lengths,
                 scenario.seed, generation, eos, result.max_new_tokens, result.dtype, "position_ids" in parameters,
-                "cache" in parameters, tuple(scenario.generate_kwargs))
+                "cache" in parameters, tuple(scenario.generate_kwargs), project=project)
 
 
 def parameter_count(case: Case) -> int | None:
@@ -170,4 +175,14 @@ def script_for(case: Case, plan: Plan, template: str, check_ids: list[str], resu
         pad_token_id=PAD_TOKEN_ID, weights_seed=DEFAULT_SEED,
         seed=case.scenario_seed, dtype=case.dtype, cache_len=max(case.prompt_lengths) + case.max_new_tokens - 1,
         decode_step=case.decode_step, static=plan.static, position_ids=case.position_ids, backend=result.backend,
-        versions=versions(environment), reduced=case.reduced)
+        versions=versions(environment), reduced=case.reduced, project=case.project,
+        stand_in=any(registers_with_us(path) for path in case.project.values()))
+
+
+def registers_with_us(path: str) -> bool:
+    """Whether a project's file imports pytest_fullgraph (a conftest that registers its model does): the script
+    then gives those imports a stand-in, as it runs where pytest_fullgraph need not be installed."""
+    try:
+        return imports_package(Path(path).read_text())
+    except (OSError, SyntaxError, ValueError):  # unreadable here: the stand-in costs nothing if it is not needed
+        return True

@@ -14,6 +14,7 @@ from string import Template
 from typing import Any
 
 from pytest_fullgraph.repro.plan import TEMPLATES, Expected
+from pytest_fullgraph.repro.project import loader, module_names, needs
 
 WIDTH = 118
 
@@ -33,7 +34,7 @@ _COMPILE_ERRORS = '''def found_in(error):  # a graph break (what fullgraph=True 
 '''
 _FINISH = '''def finish(found, text):  # exit 1: the recorded failure (same kind, type, file); 0: none (fixed); 2: other
     same = found is not None and all(found.get(key) == EXPECTED[key] for key in EXPECTED if key != "where") and (
-        found.get("where", "").rpartition(":")[0] == EXPECTED.get("where", found.get("where", "")).rpartition(":")[0])
+        f"/{found.get('where', '')}".rpartition(":")[0].endswith(f"/{EXPECTED.get('where', '')}".rpartition(":")[0]))
     status = "bug" if same else "fixed" if found is None else "other"
     print(f"{status.upper()}: {text}\\nREPRO-RESULT {json.dumps({'status': status, **(found or {})})}")
     sys.exit({"bug": 1, "fixed": 0}.get(status, 2))
@@ -186,11 +187,21 @@ class Script:
     backend: str = "aot_eager"
     versions: str = ""
     reduced: tuple[str, ...] = ()
+    #: the classes transformers does not export, by name, with the file the script imports each from
+    project: dict[str, str] = field(default_factory=dict)
+    #: a file of ``project`` imports pytest_fullgraph (to register its model): those imports get a stand-in
+    stand_in: bool = False
+
+    def spelled(self, name: str) -> str:
+        """How the script names a class: transformers' by its name, a project's through its file's module."""
+        return f"{module_names(self.project)[self.project[name]]}.{name}" if name in self.project else name
 
 
 def render(script: Script) -> str:
     """The reproducer's text."""
     helpers = _HELPER_BLOCKS[script.template]
+    if script.project:
+        helpers = (*helpers, loader(script.stand_in))
     return "\n".join([*_header(script), *_imports(script), "", *_constants(script), "", *helpers, *_main(script),
                       _TAIL]).rstrip("\n") + "\n"
 
@@ -201,8 +212,9 @@ def _header(script: Script) -> list[str]:
     runs = TEMPLATES[script.template]
     if script.template == "forward_compile":
         runs += ": a prefill, then a decode step" if script.decode_step else ": a prefill"
-    lines = [f"Reproducer of {script.check_ids[0]}{also}, by `python -m pytest_fullgraph repro`; torch and "
-             f"transformers only. {script.versions}.",
+    needed = needs(script.project, script.stand_in)
+    lines = [f"Reproducer of {script.check_ids[0]}{also}, by `python -m pytest_fullgraph repro`; {needed}. "
+             f"{script.versions}.",
              f'Runs {runs}. Exit 1, "BUG: ...", while it fails so ({script.expected.describe()}); exit 0, "FIXED: '
              '...", once not; exit 2, "OTHER: ...", on another failure.',
              f"Reduced from the suite's tiny config: {', '.join(script.reduced) or 'nothing'}."]
@@ -210,7 +222,7 @@ def _header(script: Script) -> list[str]:
 
 
 def _imports(script: Script) -> list[str]:
-    names = {script.model_class, script.config_class}
+    names = {script.model_class, script.config_class} - set(script.project)
     if script.template in GENERATE_TEMPLATES:
         names.add("GenerationConfig")
     if script.template == "forward_compile":
@@ -219,6 +231,8 @@ def _imports(script: Script) -> list[str]:
         names.add("CompileConfig")
     lines = ["import json, re, sys, traceback" if script.template in _COMPILE_TEMPLATES else
              "import json, sys, traceback", "import torch"]
+    if script.project:
+        lines.insert(1, "import importlib.util, types" if script.stand_in else "import importlib.util")
     if script.template in _COMPILE_TEMPLATES:
         lines.append("from torch._dynamo import exc")
     lines.append(f"from transformers import {', '.join(sorted(names))}")
@@ -236,11 +250,12 @@ def _constants(script: Script) -> list[str]:
 
 
 def _main(script: Script) -> list[str]:
-    model = f"{script.model_class}({script.config_class}(**CONFIG))"
+    model = f"{script.spelled(script.model_class)}({script.spelled(script.config_class)}(**CONFIG))"
     if script.dtype != "float32":
         model += f".to(torch.{script.dtype})"
-    lines = ["def main():", f"    torch.manual_seed({script.weights_seed})  # the suite's weights",
-             f"    model = {model}.eval()"]
+    modules = module_names(script.project)
+    lines = ["def main():", *(f"    {name} = project_module({path!r})" for path, name in modules.items()),
+             f"    torch.manual_seed({script.weights_seed})  # the suite's weights", f"    model = {model}.eval()"]
     if script.template in GENERATE_TEMPLATES:
         lines.append("    model.generation_config.eos_token_id, model.generation_config.pad_token_id = "
                      f"{script.eos_token_id}, {script.pad_token_id}")
