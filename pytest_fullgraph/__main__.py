@@ -60,7 +60,7 @@ def _main(argv: Sequence[str] | None) -> int:
             return _levels(args.selection, as_json=args.json)
         if args.command == "models":
             return _models(args.selection, args.exclude, as_json=args.json, build=not args.no_build,
-                           shard=args.shard, shard_costs=args.shard_costs)
+                           shard=args.shard, shard_costs=args.shard_costs, verbose=args.verbose)
         if args.report_command == "collate":
             return _collate(args)
         if args.report_command == "findings":
@@ -234,7 +234,22 @@ def _collate(args: argparse.Namespace) -> int:
 
 
 def _models(selection: str, exclude: str, *, as_json: bool, build: bool, shard: str | None = None,
-            shard_costs: str | None = None) -> int:
+            shard_costs: str | None = None, verbose: bool = False) -> int:
+    """The models table, with what transformers says about our tiny configs held back and counted in one line
+    (``--verbose`` lets it through as it comes)."""
+    from pytest_fullgraph.models.quiet import held_transformers_output
+
+    with held_transformers_output(hold=not verbose) as held:
+        status = _models_table(selection, exclude, as_json=as_json, build=build, shard=shard,
+                               shard_costs=shard_costs)
+    if held.lines:
+        print(f"{len(held.lines)} transformers warning(s) about the tiny configs held back; --verbose shows them",
+              file=sys.stderr)
+    return status
+
+
+def _models_table(selection: str, exclude: str, *, as_json: bool, build: bool, shard: str | None,
+                  shard_costs: str | None) -> int:
     from pytest_fullgraph.models import session_registry
     from pytest_fullgraph.models.survey import survey
     from pytest_fullgraph.shard import model_costs, parse_shard, select_shard

@@ -94,6 +94,12 @@ def help_for_ids(gb_ids: Iterable[str | None]) -> dict[str, BreakHelp]:
     return {gb_id: found_help for gb_id, found_help in found.items() if found_help is not None}
 
 
+def preload() -> None:
+    """Read the registry and the boilerplate hints now (the xdist controller does, while its workers run checks)."""
+    _registry()
+    _boilerplate()
+
+
 @functools.cache
 def _registry() -> dict[str, list[dict[str, Any]]]:
     import torch._dynamo

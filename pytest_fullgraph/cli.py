@@ -195,6 +195,9 @@ def parser() -> argparse.ArgumentParser:
     models.add_argument("--no-build", action="store_true",
                         help="Do not build and generate: parameters are counted on the meta device, status "
                              "says only known reasons")
+    models.add_argument("--verbose", action="store_true",
+                        help="Show transformers' warnings about the tiny configs as they come (by default they are "
+                             "held back and counted)")
     _repro_parser(commands)
     scenarios = _command(
         commands, "scenarios", "List the scenarios (generation features): name, feature, kind, what it sets")

@@ -25,6 +25,8 @@ from pytest_fullgraph.models.pretrained import register_directories
 from pytest_fullgraph.parsers import (
     DEVICE_TYPES,
     Choice,
+    ProgressChoice,
+    RuntimeChoice,
     parse_absolute_directory,
     parse_bool,
     parse_device,
@@ -50,6 +52,7 @@ from pytest_fullgraph.settings import (
     FAST_BACKEND,
     FAST_MAX_NEW_TOKENS,
     MAX_NEW_TOKENS,
+    PROGRESS_MODES,
     RUN_SLOW_ENV,
     SLOW_BACKEND,
     SLOW_MAX_NEW_TOKENS,
@@ -62,23 +65,11 @@ from pytest_fullgraph.shard import Shard, model_costs, select_shard
 
 
 @dataclass(frozen=True)
-class RuntimeChoice(Choice):
-    """An artifact runtime whose packages are installed: one that is not is a usage error naming its extra, before
-    any check runs, not a failed save after each passing one."""
-
-    def __call__(self, value: str, source: str) -> str | tuple[str, ...]:
-        chosen = super().__call__(value, source)
-        missing = RUNTIMES[str(chosen)].unavailable()
-        if missing is not None:
-            raise pytest.UsageError(f"{source}={chosen}: the {chosen} runtime {missing}")
-        return chosen
-
-
-@dataclass(frozen=True)
 class Option:
     """One fullgraph option: its flag, its ini key (= ``dest``), and how its text becomes a value. ``default``: the
     value when neither the command line, ``env`` nor the ini sets it (``slow_default`` in the slow tier); ``field``:
-    the ``Settings`` attribute it fills as is ("" when ``resolve_settings`` combines it with others)."""
+    the ``Settings`` attribute it fills as is ("" when ``resolve_settings`` combines it with others); ``const``: the
+    value of the flag given bare, for an option whose value may be left out."""
 
     dest: str
     flag: str
@@ -90,6 +81,7 @@ class Option:
     field: str = ""
     action: str | None = None
     env: str | None = None
+    const: str | None = None
 
     @property
     def ini_type(self) -> Literal["bool"] | None:
@@ -187,10 +179,11 @@ OPTIONS: tuple[Option, ...] = (
            parse=Choice(ATTN_IMPLEMENTATIONS, "an attention implementation"),
            help=f"Set every model's attn_implementation to one of {', '.join(ATTN_IMPLEMENTATIONS)}; a model that "
                 "cannot use it is a skip saying why (default: each model's own; ini: fullgraph_attn)"),
-    Option("fullgraph_progress", "--fullgraph-progress", action="store_true", parse=parse_bool, field="progress",
-           default=False,
-           help="After each finished check print how many are done and failed and the time left, estimated from "
-                "this run's pace and the --fullgraph-shard-costs report if given (ini: fullgraph_progress)"),
+    Option("fullgraph_progress", "--fullgraph-progress", metavar="WHEN", field="progress", default="auto", const="on",
+           parse=ProgressChoice(PROGRESS_MODES, "a progress mode"),
+           help="After each finished test print how many are done and failed and the time left (checks weighted by "
+                "the --fullgraph-shard-costs report if given): 'auto' (default) in a terminal outside CI (the CI "
+                "variable) in runs with checks, 'on' (the bare flag) or 'off' (ini: fullgraph_progress)"),
     Option("fullgraph_suite", "--fullgraph-suite", metavar="MODE", parse=Choice(SUITE_MODES, "a suite mode"),
            field="suite", default="auto",
            help="When to collect the built-in conformance suite: 'auto' (default) when models are selected and "
@@ -208,7 +201,9 @@ def add_options(parser: pytest.Parser) -> None:
     """
     group = parser.getgroup("fullgraph", "fullgraph generate-compile conformance")
     for option in OPTIONS:
-        shape = {"action": option.action} if option.action else {"metavar": option.metavar}
+        shape: dict[str, Any] = {"action": option.action} if option.action else {"metavar": option.metavar}
+        if option.const is not None:
+            shape.update(nargs="?", const=option.const)
         group.addoption(option.flag, dest=option.dest, default=None, help=option.help, **shape)
         parser.addini(option.dest, option.ini_help, type=option.ini_type,
                       default=False if option.ini_type == "bool" else None)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_fullgraph import scenarios, shard
+from pytest_fullgraph.artifacts import RUNTIMES
 from pytest_fullgraph.models import pretrained
 from pytest_fullgraph.settings import MAX_NEW_TOKENS
 from pytest_fullgraph.suggest import did_you_mean, spelled
@@ -95,6 +96,35 @@ class Choice:
             raise pytest.UsageError(f"{source}={value!r}: {named} is not {self.what}; use a comma list of "
                                     f"{', '.join(self.choices)}")
         return tuple(dict.fromkeys(spelled(part, self.choices) or part for part in given))
+
+
+@dataclass(frozen=True)
+class RuntimeChoice(Choice):
+    """An artifact runtime whose packages are installed: one that is not is a usage error naming its extra, before
+    any check runs, not a failed save after each passing one."""
+
+    def __call__(self, value: str, source: str) -> str | tuple[str, ...]:
+        chosen = super().__call__(value, source)
+        missing = RUNTIMES[str(chosen)].unavailable()
+        if missing is not None:
+            raise pytest.UsageError(f"{source}={chosen}: the {chosen} runtime {missing}")
+        return chosen
+
+
+@dataclass(frozen=True)
+class ProgressChoice(Choice):
+    """A progress mode, or a boolean, which says "on" or "off": ``fullgraph_progress = true`` in an ini from when the
+    option was a flag keeps working."""
+
+    def __call__(self, value: str, source: str) -> str | tuple[str, ...]:
+        lowered = value.strip().lower()
+        if lowered not in self.choices and lowered in _TRUE + _FALSE:
+            return "on" if lowered in _TRUE else "off"
+        try:
+            return super().__call__(value, source)
+        except pytest.UsageError as error:  # the bare flag takes a test path after it as its value
+            raise pytest.UsageError(f"{error}, or a boolean (a test path right after the bare flag is read as its "
+                                    "value: write --fullgraph-progress=on before a path)") from None
 
 
 def parse_device(value: str, source: str) -> str:

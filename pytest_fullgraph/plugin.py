@@ -84,9 +84,9 @@ def pytest_configure(config: pytest.Config) -> None:
     sigterm = None if session.is_worker else termination.listen(config)  # a killed run still writes its report
     hooks = _ControllerHooks(session, crash_sites.install(config, session.is_worker), sigterm)
     config.pluginmanager.register(hooks, f"fullgraph-session-{id(config)}")
-    if settings.progress and not session.is_worker:
+    if settings.progress != "off" and not session.is_worker:
         checks, earlier = checks_by_parameters(session), options.read_costs_report(chosen)
-        progress.show(config, lambda nodeid: checks.get(parameters_of_test_id(nodeid)), earlier)
+        progress.show(config, lambda nodeid: checks.get(parameters_of_test_id(nodeid)), earlier, settings.progress)
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
@@ -116,6 +116,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(SESSION_KEY, None)
     if session is not None:
         session.restore_trace_logger()
+        session.warmup.wait()  # a thread still importing torch when the interpreter shuts down may crash it
     models.forget_external_models()
 
 
@@ -211,6 +212,12 @@ class _ControllerHooks:
             self.session.draws[report.nodeid] = drawn[-1]
 
     @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        """The workers have imported torch and collected: the report's needs load now, not after a SIGTERM."""
+        if self.session.settings.report_dir is not None:
+            self.session.warmup.start()
+
+    @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object | None) -> None:
         if error is not None:
             self.session.crashed_workers.append({"node": progress.worker_id(node), "error": str(error).strip()[:500]})
@@ -243,25 +250,26 @@ class _ControllerHooks:
         self.collecting = False
         models.close_registrations(False)
 
+    @pytest.hookimpl(tryfirst=True)  # before pytest formats the traceback: a second or two on a loaded machine
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        """Ctrl-C or SIGTERM (or ``pytest.exit``) stopped the run: the report's JSON goes on disk now."""
+        if not self.session.is_worker:
+            returncode = getattr(excinfo.value, "returncode", None)  # pytest.exit's, as pytest reads it
+            self.record_status(pytest.ExitCode.INTERRUPTED if returncode is None else returncode, stopped=False)
+            self.session.write_json_now()
+
+    @pytest.hookimpl(tryfirst=True)  # before xdist's teardown, which waits up to 10 s for each busy worker
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int | pytest.ExitCode) -> None:
-        stopped = session.shouldstop or session.shouldfail
+        self.record_status(exitstatus, stopped=bool(session.shouldstop or session.shouldfail))
+        if not self.session.is_worker:
+            self.session.write_files(session.config.pluginmanager.get_plugin("terminalreporter"))
+
+    def record_status(self, exitstatus: int | pytest.ExitCode, stopped: bool) -> None:
         self.session.run_status = {
             "exitstatus": int(exitstatus),
-            "interrupted": int(exitstatus) == pytest.ExitCode.INTERRUPTED or bool(stopped),
+            "interrupted": int(exitstatus) == pytest.ExitCode.INTERRUPTED or stopped,
             **(self.sigterm.run_status() if self.sigterm else {}),
         }
-        settings = self.session.settings
-        if self.session.is_worker:
-            return
-        if settings.report_dir is not None:
-            self.session.written = report.write(self.session.finish_report(), settings.report_dir)
-        if self.session.baseline is not None and self.session.baseline.update:
-            self.session.baseline_line = self.session.baseline.write_update(self.session.finish_report())
-        if settings.repro_dir is not None:
-            from pytest_fullgraph.repro.command import reproduce_run  # the repro machinery loads only when asked
-
-            terminal = session.config.pluginmanager.get_plugin("terminalreporter")
-            self.session.repro_line = reproduce_run(self.session.finish_report(), settings.repro_dir, terminal)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         closing = [] if self.session.is_worker else self.session.closing_lines()

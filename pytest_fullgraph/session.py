@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,9 +21,11 @@ from pytest_fullgraph.levels import Levels
 from pytest_fullgraph.model_cache import BuildFailed, ModelCache, ModelEntry, Unavailable
 from pytest_fullgraph.models import Registry
 from pytest_fullgraph.models.positions import declared_positions, too_long
+from pytest_fullgraph.report.files import save
 from pytest_fullgraph.results import DEFAULT_DTYPE, ERROR, SKIP, CheckResult
 from pytest_fullgraph.scenarios import SCENARIOS
 from pytest_fullgraph.settings import DTYPES, Settings
+from pytest_fullgraph.termination import ReportWarmup
 
 #: Where a test's results travel from the fixture to its report (and from workers to the controller).
 RESULTS_KEY = pytest.StashKey[list[CheckResult]]()
@@ -57,6 +60,8 @@ class FullgraphSession:
     draws: dict[str, str] = field(default_factory=dict)
     #: the shipped suite's directory when ``--fullgraph-suite=off`` keeps it out of collection, else None
     left_out: Path | None = None
+    #: loads what building the report imports while an xdist run goes on, so a signal's report needs no imports
+    warmup: ReportWarmup = field(default_factory=ReportWarmup)
     models: ModelCache = field(init=False)
 
     def __post_init__(self) -> None:
@@ -85,20 +90,47 @@ class FullgraphSession:
                         if "left out" in line]
 
     def finish_report(self) -> report.Report:
-        """The run's report, built on the first call (when the run ends) and the same object after."""
-        if self.final_report is None:
-            self.final_report = self._build_report()
+        """The run's report, built on the first call (when the run ends) and the same object after, unless the run's
+        status changed since. An interrupted run's report is built at once, with the imports it needs only if they
+        are loaded (``ReportWarmup.ready``): a signal's grace period has no seconds to spare for them."""
+        if self.final_report is None or self.final_report.run != self.run_status:
+            imports = not self.run_status.get("interrupted") or self.warmup.ready
+            if imports:
+                self.warmup.wait()  # the report imports nothing while the warmup's thread does
+            self.final_report = self.build_report(imports=imports)
         return self.final_report
 
-    def _build_report(self) -> report.Report:
+    def build_report(self, *, imports: bool = True) -> report.Report:
+        """The report of the results so far; ``imports=False`` imports nothing (``environment``), so it stores no
+        break help, which comes from torch."""
         descriptions = {"levels": self.levels.descriptions(),
                         "scenarios": {name: scenario.description for name, scenario in SCENARIOS.items()},
                         "exactness_settings": {dtype: exactness_settings(self.settings.backend, dtype)
                                                for dtype in self.settings.dtypes}}
-        built = report.Report(environment(self.settings.describe(), descriptions),
+        built = report.Report(environment(self.settings.describe(), descriptions, imports=imports),
                               list(self.results), list(self.crashed_workers), dict(self.run_status))
-        built.stored_help = help_for_ids(built.gb_ids())  # the run's torch's words, stored with the report
+        if imports:
+            built.stored_help = help_for_ids(built.gb_ids())  # the run's torch's words, stored with the report
         return built
+
+    def write_json_now(self) -> None:
+        """An interrupted run's (Ctrl-C, SIGTERM) report JSON, on disk before pytest formats the traceback and xdist
+        stops its workers (up to 10 s each), both of which take seconds of a CI runner's grace period.
+        ``write_files`` then writes the same report's files, this JSON again included."""
+        if self.settings.report_dir is not None:
+            with contextlib.suppress(OSError):  # an unwritable directory: write_files meets it too, and says so
+                save(self.finish_report(), self.settings.report_dir / report.JSON_NAME)
+
+    def write_files(self, terminal: Any) -> None:
+        """What the run writes when it ends: the report's files, the baseline's update, the reproducers."""
+        if self.settings.report_dir is not None:
+            self.written = report.write(self.finish_report(), self.settings.report_dir)
+        if self.baseline is not None and self.baseline.update:
+            self.baseline_line = self.baseline.write_update(self.finish_report())
+        if self.settings.repro_dir is not None:
+            from pytest_fullgraph.repro.command import reproduce_run  # the repro machinery loads only when asked
+
+            self.repro_line = reproduce_run(self.finish_report(), self.settings.repro_dir, terminal)
 
     def model(self, name: str, dtype: str = DEFAULT_DTYPE) -> ModelEntry:
         """What became of model ``name`` in ``dtype`` (built, failed, unavailable); a name or dtype this run does

@@ -33,6 +33,9 @@ DEFAULT_DEVICE = "cpu"
 #: When the shipped conformance suite (``pytest_fullgraph.suite``) is collected: "auto" when models are
 #: selected (command line or ini) and no test paths are given; "on" always; "off" never.
 SUITE_MODES = ("auto", "on", "off")
+#: When progress lines are written (``--fullgraph-progress``): "auto" in a terminal outside CI, in runs with checks
+#: (``progress.wanted``); "on" always; "off" never.
+PROGRESS_MODES = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
@@ -72,8 +75,8 @@ class Settings:
     scenarios: tuple[str, ...] = BASIC
     #: the attention implementation every model is set to (``--fullgraph-attn``); None: the model's default
     attn_implementation: str | None = None
-    #: a line after each finished check with the count and the time left (``--fullgraph-progress``)
-    progress: bool = False
+    #: when to write a line after each finished test with the count and the time left (see ``PROGRESS_MODES``)
+    progress: str = "auto"
     #: the levels every check runs at (``--fullgraph-levels``), in registration order; empty: the built-in default
     levels: tuple[str, ...] = ()
 

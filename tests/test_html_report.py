@@ -73,6 +73,16 @@ def test_the_page_is_one_file_that_loads_nothing() -> None:
     assert page.isascii()
 
 
+def test_every_column_of_the_checks_table_has_its_width_but_the_message() -> None:
+    """The fixed widths that keep a wide report within the window (the browser test measures it): a column without
+    one would take the message's share; the message takes what the others leave."""
+    page = html(small_report())
+    table = page[page.index('<table id="checks">'):page.index("</thead>", page.index('<table id="checks">'))]
+    names = re.findall(r'<col class="col-([a-z]+)">', table)
+    assert len(names) == table.count("</th>") == 9
+    selectors = " ".join(re.findall(r"([^{}]+)\{[^}]*\bwidth:", page))  # the style's rules that set a width
+    assert {name for name in names if f".col-{name}" not in selectors} == {"message"}
+
 def test_the_embedded_checks_are_the_reports() -> None:
     written = small_report()
     checks = [CheckResult.from_dict(item) for item in embedded(html(written), "fullgraph-checks")]
@@ -311,6 +321,23 @@ def test_filters_combine_with_the_model_box(matrix: dict[str, Any]) -> None:
     choose(matrix["browser"])
     expect(matrix["browser"], matrix["checks"])
 
+
+def test_the_matrix_fits_1400_px_and_its_headings_stick_below_the_filters(matrix: dict[str, Any]) -> None:
+    """The 196-model page reads at 1400 px without sideways scrolling, and far down the table its column headings
+    are still shown, just below the (sticky) filter bar and over the rows."""
+    driver = matrix["browser"]
+    choose(driver)
+    viewport, width = driver.execute_script("return [window.innerWidth, document.documentElement.scrollWidth]")
+    assert viewport == 1400 and width <= viewport
+    driver.execute_script('document.querySelector("#checks tbody tr:nth-child(1500)").scrollIntoView()')
+    filters_bottom, heading_top, on_top = driver.execute_script("""
+        const bottom = document.getElementById("filters").getBoundingClientRect().bottom;
+        const below = document.elementFromPoint(200, bottom + 5);
+        return [bottom, document.querySelector("#checks thead tr").getBoundingClientRect().top,
+                Boolean(below && below.closest("#checks thead"))];""")
+    assert driver.execute_script("return window.scrollY") > 10000
+    assert filters_bottom - 0.5 <= heading_top <= filters_bottom + 2
+    assert on_top
 
 def test_a_row_opens_its_breaks_and_the_change_filter_works(browser: Any, tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By

@@ -59,6 +59,7 @@ register_model("branchy", lambda: build_tiny("llama", model_class=BranchyLlama))
 """
 
 
+@pytest.mark.breadth  # a run, a reduction and a fresh process (about a minute): the workflow's plugin job runs it
 def test_a_conftest_models_own_class_is_imported_from_its_file_by_its_script(pytester: pytest.Pytester,
                                                                             tmp_path: Path) -> None:
     """The report records the file of a class transformers does not export; the script imports the class from it,

@@ -19,15 +19,17 @@ def without_timings(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def report_with(project: pytest.Pytester, tmp_path: Path, workers: list[str]) -> dict[str, Any]:
-    """The report of the same four checks run with these xdist options, its timings left out."""
+    """The report of the same four checks (and a test that is no check) run with these xdist options, its timings
+    left out."""
     out = tmp_path / (workers[-1] if workers else "serial")
+    project.makepyfile(test_plain="def test_plain():\n    pass\n")
     result = project.runpytest_subprocess("--fullgraph-models=toy,toy_break", "--fullgraph-backend=eager",
-                                          "-k", "forward and (greedy or eos)", "-p", "no:cacheprovider",
+                                          "-k", "(forward and (greedy or eos)) or plain", "-p", "no:cacheprovider",
                                           f"--fullgraph-report={out}", "--fullgraph-progress", *workers)
-    result.assert_outcomes(passed=2, xfailed=2)
-    # the controller counts every worker's checks, each line whole (not glued to xdist's dots)
-    result.stdout.fnmatch_lines(["fullgraph: 1/4 checks done, 0 failed, about *s left",
-                                 "fullgraph: 4/4 checks done, 0 failed"])
+    result.assert_outcomes(passed=3, xfailed=2)
+    # the controller counts every worker's tests, checks or not, each line whole (not glued to xdist's dots)
+    result.stdout.fnmatch_lines(["fullgraph: 1/5 tests done, 0 failed, *",
+                                 "fullgraph: 5/5 tests done, 0 failed"])
     assert sorted(p.name for p in out.iterdir()) == ["fullgraph-report.html", "fullgraph-report.json",
                                                      "fullgraph-report.md"]
     report = without_timings(read_report(out))

@@ -37,6 +37,11 @@ _RELEASE = re.compile(r"\d+(\.\d+)+")
 CHANGES = {"REGRESSION": "regression", "IMPROVED": "improvement", "NEW": "new", "MISSING": "missing"}
 #: The value of the origin filter for checks with no break record.
 NO_ORIGIN = "(none)"
+#: The checks table's columns: the key a heading's click sorts by ("" for none), the heading, and the name of the
+#: column's width in the style (the widths keep a wide report within the window).
+CHECK_COLUMNS = (("model", "model", "model"), ("dtype", "dtype", "dtype"), ("level", "level", "level"),
+                 ("scenario", "scenario", "scenario"), ("outcome", "outcome", "outcome"), ("", "message", "message"),
+                 ("", "first break site", "site"), ("", "origin", "origin"), ("duration", "duration", "duration"))
 #: Nothing may be fetched: inline style and script only; links still navigate.
 _POLICY = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
 
@@ -270,16 +275,14 @@ def _checks_section(facets: list[dict[str, Any]]) -> list[str]:
     selects = [f'<label>{_text(facet["label"])}<select id="filter-{facet["name"]}"><option value="">all</option>'
                + "".join(f'<option value="{_text(value)}">{_text(label)}</option>' for value, label in facet["options"])
                + "</select></label>" for facet in facets]
-    headers = [("model", "model"), ("dtype", "dtype"), ("level", "level"), ("scenario", "scenario"),
-               ("outcome", "outcome"), ("", "message"), ("", "first break site"), ("", "origin"),
-               ("duration", "duration")]
     return ['<h2 id="checks-section">Checks</h2>', '<div id="filters">', *selects,
             '<label>model contains<input id="filter-model" type="search" placeholder="e.g. llama"></label>',
             '<button id="filter-reset" type="button">show all</button></div>',
             '<p id="shown">Showing <b id="visible">0</b> of <b id="total">0</b> checks: <span id="shown-counts">'
             "</span> (a row's click shows its breaks and JSON; a header's click sorts)</p>",
             "<noscript><p>The checks table needs JavaScript; every check is in fullgraph-report.json.</p></noscript>",
-            '<table id="checks"><thead><tr>' + "".join(_header_cell(key, label) for key, label in headers)
+            '<table id="checks"><colgroup>' + "".join(f'<col class="col-{name}">' for _, _, name in CHECK_COLUMNS)
+            + "</colgroup><thead><tr>" + "".join(_header_cell(key, label) for key, label, _ in CHECK_COLUMNS)
             + "</tr></thead><tbody></tbody></table>"]
 
 

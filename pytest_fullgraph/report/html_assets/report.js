@@ -53,9 +53,10 @@
     const outcome = element("span", check.outcome + (kind(check) ? ` (${kind(check)})` : ""),
       `badge o-${check.outcome}`);
     const cells = [element("td", check.model), element("td", check.dtype), element("td", check.level),
-      element("td", check.scenario), element("td"), element("td", headline(check), "headline"), element("td"),
+      element("td", check.scenario), element("td"), element("td", undefined, "headline"), element("td"),
       element("td", values.origin.join(", ")), element("td", `${seconds(check).toFixed(1)} s`, "n")];
     cells[4].append(outcome);
+    cells[5].append(element("span", headline(check))); // its first lines: the style clamps the span
     cells[5].title = headline(check);
     if (first) cells[6].append(link(sourceUrl(first), where(first)));
     cells[6].className = "where";
@@ -98,6 +99,13 @@
     tr.append(td);
     return tr;
   };
+
+  // the table's headings stick just below the filter bar, whose height changes as its filters wrap
+  const filters = document.getElementById("filters");
+  const belowFilters = () => document.documentElement.style.setProperty("--filters-height",
+    `${filters.getBoundingClientRect().height}px`);
+  new ResizeObserver(belowFilters).observe(filters);
+  belowFilters();
 
   const rows = checks.map(buildRow);
   const tbody = document.querySelector("#checks tbody");
