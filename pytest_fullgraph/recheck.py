@@ -22,7 +22,7 @@ from typing import Any
 
 from pytest_fullgraph import report
 from pytest_fullgraph.report.gate import first_break_site, settings_differences
-from pytest_fullgraph.results import CheckResult
+from pytest_fullgraph.results import CheckKey, CheckResult
 
 #: Seconds one rechecked check may take before its pytest process is stopped (the suite's own limit is 900 s).
 PROCESS_TIMEOUT_S = 1200
@@ -111,54 +111,40 @@ def describe(result: CheckResult | None) -> str:
     return result.outcome + (f" at {site[0][0]} ({site[0][1]})" if site else "")
 
 
-def rerun_result(drawn: Drawn) -> CheckResult | str | None:
-    """The drawn check run again in its own pytest process: its result, None when the run wrote none, or "timeout"."""
+def rerun_results(batch: Sequence[Drawn]) -> dict[CheckKey, CheckResult] | None:
+    """The checks of ``batch`` (one report's) run again in one pytest process: the results it wrote, by key (a check
+    it wrote none for is absent), or None when the process ran past its limit (``PROCESS_TIMEOUT_S`` a check)."""
     with tempfile.TemporaryDirectory(prefix="fullgraph-recheck-") as directory:
-        try:
-            subprocess.run([sys.executable, *pytest_arguments(drawn, Path(directory))], capture_output=True, text=True,
-                           timeout=PROCESS_TIMEOUT_S, check=False)
-        except subprocess.TimeoutExpired:
-            return "timeout"
-        return _rerun_result(Path(directory) / report.JSON_NAME, drawn.result)
-
-
-def rerun(drawn: Drawn) -> str:
-    """The outcome of one more draw of the check: its outcome, "timeout", or "missing" when it wrote no result."""
-    found = rerun_result(drawn)
-    return found if isinstance(found, str) else found.outcome if found is not None else "missing"
-
-
-def rerun_batch(batch: Sequence[Drawn]) -> list[str]:
-    """One more draw of each check of ``batch`` (one report's), all in one pytest process: each outcome, "missing"
-    where the run wrote none, all "timeout" when the process ran past its limit."""
-    with tempfile.TemporaryDirectory(prefix="fullgraph-draws-") as directory:
         try:
             subprocess.run([sys.executable, *pytest_arguments(batch, Path(directory))], capture_output=True, text=True,
                            timeout=PROCESS_TIMEOUT_S * len(batch), check=False)
         except subprocess.TimeoutExpired:
-            return ["timeout"] * len(batch)
+            return None
         path = Path(directory) / report.JSON_NAME
-        found = {result.key: result.outcome for result in report.load(path).checks} if path.is_file() else {}
-        return [found.get(each.result.key, "missing") for each in batch]
+        return {result.key: result for result in report.load(path).checks} if path.is_file() else {}
+
+
+def rerun_batch(batch: Sequence[Drawn]) -> list[str]:
+    """One more draw of each check of ``batch``, all in one pytest process: each outcome, "missing" where the run
+    wrote none, all "timeout" when the process ran past its limit."""
+    found = rerun_results(batch)
+    if found is None:
+        return ["timeout"] * len(batch)
+    return [found[each.result.key].outcome if each.result.key in found else "missing" for each in batch]
 
 
 def recheck_one(drawn: Drawn) -> Rechecked:
     """Rerun one check in its own pytest process and compare it with its record."""
     command = shlex.join(["python", *pytest_arguments(drawn, Path("recheck-report"))])
-    found = rerun_result(drawn)
-    if isinstance(found, str):
+    results = rerun_results([drawn])
+    if results is None:
         return Rechecked(drawn.source, drawn.result.check_id, describe(drawn.result), "timeout",
                          f"its rerun ran past {PROCESS_TIMEOUT_S} s", command)
+    found = results.get(drawn.result.key)
     recorded, now = describe(drawn.result), describe(found)
     differs = "" if recorded == now else f"recorded {recorded}, now {now}" + (
         f": {found.headline()}" if found is not None else " (the rerun wrote no report)")
     return Rechecked(drawn.source, drawn.result.check_id, recorded, now, differs, command)
-
-
-def _rerun_result(path: Path, recorded: CheckResult) -> CheckResult | None:
-    if not path.is_file():
-        return None
-    return next((result for result in report.load(path).checks if result.key == recorded.key), None)
 
 
 def run(paths: Sequence[str], sample: int, seed: int, as_json: str | None) -> int:
