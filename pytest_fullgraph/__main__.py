@@ -24,7 +24,7 @@ from pytest_fullgraph.report.merge import uneven_levels
 from pytest_fullgraph.report.tables import flag_text
 
 if TYPE_CHECKING:
-    from pytest_fullgraph.levels import Level
+    from pytest_fullgraph.levels.base import Level
 
 #: The status of a process that wrote to a pipe whose reader had gone (128 + SIGPIPE), as Unix tools report it.
 CLOSED_PIPE = 141
@@ -68,7 +68,7 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.report_command == "upstream":
             return _upstream(args)
         if args.report_command == "recheck":
-            from pytest_fullgraph.recheck import run as recheck
+            from pytest_fullgraph.report.recheck import run as recheck
 
             return recheck(args.reports, args.sample, args.seed, args.json)
         if args.report_command == "merge":
@@ -121,7 +121,7 @@ def _diff_page(args: argparse.Namespace, current: report.Report, baseline: repor
 
 
 def _scenarios(selection: str, as_json: bool) -> int:
-    from pytest_fullgraph.scenarios import BASIC, SCENARIOS, select_scenarios
+    from pytest_fullgraph.check.scenarios import BASIC, SCENARIOS, select_scenarios
 
     try:
         names = select_scenarios(selection)
@@ -143,7 +143,7 @@ def _scenarios(selection: str, as_json: bool) -> int:
 
 def _levels(selection: str, as_json: bool) -> int:
     """The built-in levels (a conftest's own are known only inside a pytest run), ``--fullgraph-levels``' way."""
-    from pytest_fullgraph.builtin_levels import builtin_levels
+    from pytest_fullgraph.levels.builtin import builtin_levels
 
     levels = builtin_levels()
     try:
@@ -182,7 +182,7 @@ def _versions() -> int:
 
 
 def _findings(args: argparse.Namespace) -> int:
-    from pytest_fullgraph.report import findings
+    from pytest_fullgraph.publish import findings
 
     if args.sites < 1:
         print(f"pytest_fullgraph: error: --sites must be a positive integer, not {args.sites}", file=sys.stderr)
@@ -199,7 +199,7 @@ def _findings(args: argparse.Namespace) -> int:
 
 
 def _upstream(args: argparse.Namespace) -> int:
-    from pytest_fullgraph.report.upstream import write_drafts
+    from pytest_fullgraph.publish.upstream import write_drafts
 
     if args.repros and not Path(args.repros).is_dir():
         raise report.ReportError(f"--repros {args.repros}: not a directory (give a `repro` command's output directory)")
@@ -212,7 +212,7 @@ def _upstream(args: argparse.Namespace) -> int:
 
 
 def _collate(args: argparse.Namespace) -> int:
-    from pytest_fullgraph.report.collate import collate
+    from pytest_fullgraph.publish.collate import collate
 
     baselines = Path(args.baselines) if args.baselines else None
     collated = collate([Path(path) for path in args.reports], Path(args.output), baselines, args.expect)
@@ -252,7 +252,7 @@ def _models_table(selection: str, exclude: str, *, as_json: bool, build: bool, s
                   shard_costs: str | None) -> int:
     from pytest_fullgraph.models import session_registry
     from pytest_fullgraph.models.survey import survey
-    from pytest_fullgraph.shard import model_costs, parse_shard, select_shard
+    from pytest_fullgraph.report.shard import model_costs, parse_shard, select_shard
 
     registry = session_registry()
     try:

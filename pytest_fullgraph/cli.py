@@ -230,7 +230,7 @@ def _repro_parser(commands: Any) -> None:
 
 
 def _findings_parser(report_commands: Any) -> None:
-    from pytest_fullgraph.report.findings import DEFAULT_SITES
+    from pytest_fullgraph.publish.findings import DEFAULT_SITES
 
     findings = _command(
         report_commands, "findings", "The measured findings as Markdown (docs/FINDINGS.md), generated from one run's "

@@ -25,18 +25,18 @@ from hypothesis import strategies as st
 from transformers import GenerationConfig, PreTrainedModel
 from transformers.utils import is_sklearn_available
 
-from pytest_fullgraph.breaks import compile_failure_types, is_graph_break, record_from_exception
-from pytest_fullgraph.compare import static_cache_verdict
-from pytest_fullgraph.decode import LOOPS, UnsupportedGeneration, fullgraph_generate
-from pytest_fullgraph.generation import generate_fn, static_cache_config
-from pytest_fullgraph.inputs import left_padded_prompts, model_generation_defaults
-from pytest_fullgraph.modeling import moved_to, vocab_size
+from pytest_fullgraph.check.compare import static_cache_verdict
+from pytest_fullgraph.check.inputs import left_padded_prompts, model_generation_defaults
+from pytest_fullgraph.core.breaks import compile_failure_types, is_graph_break, record_from_exception
+from pytest_fullgraph.core.generation import generate_fn, static_cache_config
+from pytest_fullgraph.core.model_facts import moved_to, vocab_size
+from pytest_fullgraph.core.results import first_line
+from pytest_fullgraph.loop.decode import LOOPS, UnsupportedGeneration, fullgraph_generate
 from pytest_fullgraph.models import tiny
 from pytest_fullgraph.models.draft import build_draft
+from pytest_fullgraph.plugin.session import DRAWS_PROPERTY
+from pytest_fullgraph.plugin.settings import Settings
 from pytest_fullgraph.report.causes import OUR_FAULTS, fault_of_origin
-from pytest_fullgraph.results import first_line
-from pytest_fullgraph.session import DRAWS_PROPERTY
-from pytest_fullgraph.settings import Settings
 
 FAST_EXAMPLES = 8
 SLOW_EXAMPLES = 100

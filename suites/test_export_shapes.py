@@ -10,17 +10,17 @@ import pytest
 import torch
 from transformers import GenerationConfig, PreTrainedModel
 
-from pytest_fullgraph.artifacts import describe_shape, fits
-from pytest_fullgraph.breaks import compile_failure_types, record_from_exception
-from pytest_fullgraph.compare import first_difference
-from pytest_fullgraph.decode import UnsupportedGeneration, export_generate
-from pytest_fullgraph.generation import generate_fn
-from pytest_fullgraph.inputs import left_padded_prompts, model_generation_defaults
-from pytest_fullgraph.modeling import vocab_size
+from pytest_fullgraph.check.compare import first_difference
+from pytest_fullgraph.check.inputs import left_padded_prompts, model_generation_defaults
+from pytest_fullgraph.core.breaks import compile_failure_types, record_from_exception
+from pytest_fullgraph.core.generation import generate_fn
+from pytest_fullgraph.core.model_facts import vocab_size
+from pytest_fullgraph.core.results import first_line
+from pytest_fullgraph.levels.artifacts import describe_shape, fits
+from pytest_fullgraph.loop.decode import UnsupportedGeneration, export_generate
 from pytest_fullgraph.models import tiny
+from pytest_fullgraph.plugin.settings import Settings
 from pytest_fullgraph.report.causes import OUR_FAULTS, fault_of_origin
-from pytest_fullgraph.results import first_line
-from pytest_fullgraph.settings import Settings
 
 #: Prompt lengths per row: the export's example first, then a larger batch of shorter prompts, then longer ones.
 SHAPES = ((8, 5), (5, 2, 4), (12, 9))

@@ -1,4 +1,5 @@
-"""The package's shape, as issue #24 left it: imports flow one way and modules stay small enough to read."""
+"""The package's shape: one package per concern, imports flowing one way between them (each package's
+``__init__`` says what it may import), and modules small enough to read."""
 
 from __future__ import annotations
 
@@ -8,9 +9,20 @@ from pathlib import Path
 import pytest_fullgraph
 
 PACKAGE = Path(pytest_fullgraph.__file__).parent
-#: Lines a module may have, every module alike (the loop's planning and its exported programs have modules of
-#: their own, so decode.py fits too).
+#: Lines a module may have, every module alike.
 MAX_LINES = 350
+#: Package → the packages of ours its modules may import (``plugin`` and the package root import anything): data flows
+#: from the shared vocabulary up to the plugin, and reading a report needs neither torch nor a level.
+MAY_IMPORT = {
+    "core": {"core"},
+    "loop": {"loop", "core"},
+    "models": {"models", "core"},
+    "levels": {"levels", "loop", "core", "models"},
+    "check": {"check", "levels", "loop", "core", "models"},
+    "report": {"report", "core"},
+    "publish": {"publish", "report", "core"},
+    "repro": {"repro", "check", "report", "core", "models"},
+}
 
 
 def _module_name(path: Path) -> str:
@@ -62,7 +74,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str]:
 
 def test_the_package_has_no_import_circle() -> None:
     graph = import_graph()
-    assert graph.get("pytest_fullgraph.check")  # the reader sees the imports
+    assert graph.get("pytest_fullgraph.check.run")  # the reader sees the imports
     assert find_cycle(graph) == []
 
 
@@ -75,3 +87,44 @@ def test_no_module_is_too_long_to_read() -> None:
     long = {str(path.relative_to(PACKAGE)): lines for path in PACKAGE.rglob("*.py")
             if (lines := len(path.read_text().splitlines())) > MAX_LINES}
     assert long == {}, f"modules over {MAX_LINES} lines: split them by concern"
+
+
+def _imports_of_ours(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every import of this package's modules in a file, inside functions too."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("pytest_fullgraph."):
+            found.append((node.lineno, str(node.module)))
+        elif isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names
+                         if alias.name.startswith("pytest_fullgraph."))
+    return found
+
+
+def wrong_way_imports(package_root: Path, may_import: dict[str, set[str]]) -> list[str]:
+    """"FILE:LINE: PACKAGE -> MODULE" for each import a package's rule forbids."""
+    wrong = []
+    for path in sorted(package_root.rglob("*.py")):
+        parts = path.relative_to(package_root).parts
+        if len(parts) < 2 or parts[0] not in may_import:
+            continue
+        wrong.extend(f"{path.relative_to(package_root)}:{line}: {parts[0]} -> {module}"
+                     for line, module in _imports_of_ours(path) if module.split(".")[1] not in may_import[parts[0]])
+    return wrong
+
+
+def test_every_package_imports_only_what_its_rule_allows() -> None:
+    assert set(MAY_IMPORT) | {"plugin"} == {path.parent.name for path in PACKAGE.glob("*/__init__.py")}
+    assert wrong_way_imports(PACKAGE, MAY_IMPORT) == []
+
+
+def test_a_wrong_way_import_is_found(tmp_path: Path) -> None:
+    (tmp_path / "report").mkdir()
+    (tmp_path / "report" / "render.py").write_text("def f():\n    from pytest_fullgraph.levels.builtin import X\n")
+    assert wrong_way_imports(tmp_path, MAY_IMPORT) == ["report/render.py:2: report -> pytest_fullgraph.levels.builtin"]
+
+
+def test_every_package_says_what_it_holds_and_may_import() -> None:
+    for init in PACKAGE.glob("*/__init__.py"):
+        docstring = ast.get_docstring(ast.parse(init.read_text())) or ""
+        assert "May import" in docstring, f"{init.relative_to(PACKAGE)} does not say what it may import"

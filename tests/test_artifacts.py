@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from pytest_fullgraph import ArtifactError, build_tiny, load_generate, save_generate
-from pytest_fullgraph.artifacts import RUNTIMES, metadata_path
+from pytest_fullgraph.levels.artifacts import RUNTIMES, metadata_path
 
 LOAD_IN_A_FRESH_PROCESS = """
 import sys, torch
@@ -47,7 +47,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     generate's tokens for every shape of ``SHAPES``, saved to disk."""
     from transformers import GenerationConfig
 
-    from pytest_fullgraph.decode import export_generate
+    from pytest_fullgraph.loop.decode import export_generate
 
     model = build_tiny("llama")
     config = GenerationConfig(max_new_tokens=4, do_sample=False, pad_token_id=0)
@@ -76,7 +76,7 @@ def exported_while(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     and any length up to ``WHILE_BOUND``, with generate's tokens for every shape and length."""
     from transformers import GenerationConfig
 
-    from pytest_fullgraph.decode import export_generate
+    from pytest_fullgraph.loop.decode import export_generate
 
     model = build_tiny("gemma2")
     cases = []
@@ -102,7 +102,7 @@ def exported_sampling(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any
     tokens for three seeds."""
     from transformers import GenerationConfig
 
-    from pytest_fullgraph.decode import export_generate
+    from pytest_fullgraph.loop.decode import export_generate
 
     model = build_tiny("llama")
     config = GenerationConfig(max_new_tokens=4, do_sample=True, top_k=20, pad_token_id=0)
@@ -216,7 +216,7 @@ def test_executorch_refuses_what_it_cannot_run_before_lowering(exported: dict[st
 
 
 def test_executorch_takes_sampling_only_with_noise_as_an_input() -> None:
-    from pytest_fullgraph import executorch_runtime
+    from pytest_fullgraph.levels import executorch_runtime
 
     bounded = {"input_ids": {"shape": [[2, 4], [2, 16]], "dtype": "torch.int64"}}
     sampling = executorch_runtime.refusal({"generation_config": {"do_sample": True}, "inputs": bounded})
@@ -236,7 +236,7 @@ GLM4_MOE_LOG = """[cpuinfo_utils.cpp:87] Failed to open midr file /sys/devices/s
 
 
 def test_the_runtimes_log_says_why_a_method_failed_without_its_start_up_noise() -> None:
-    from pytest_fullgraph.executorch_runtime import runtime_reasons
+    from pytest_fullgraph.levels.executorch_runtime import runtime_reasons
 
     assert runtime_reasons(GLM4_MOE_LOG) == [
         "Attempted to resize a static tensor. Expected shape (0, 0, 0), but received (1, 22008, 240). "
@@ -260,7 +260,7 @@ DEEPSEEK_V2_LOG = """[operator_registry.cpp:277] kernel 'aten::view_as_complex_c
 
 
 def test_a_missing_operator_is_said_once_without_the_registrys_dump() -> None:
-    from pytest_fullgraph.executorch_runtime import runtime_reasons
+    from pytest_fullgraph.levels.executorch_runtime import runtime_reasons
 
     assert runtime_reasons(DEEPSEEK_V2_LOG) == [
         "Missing operator: [18] aten::polar.out (method.cpp:822)",
@@ -270,8 +270,8 @@ def test_a_missing_operator_is_said_once_without_the_registrys_dump() -> None:
 
 def test_a_failing_calls_stderr_becomes_a_note_and_still_reaches_stderr(capfd: pytest.CaptureFixture[str]) -> None:
     """The runtime writes its reason to file descriptor 2 from C++, not to sys.stderr."""
-    from pytest_fullgraph.executorch_runtime import runtime_log
-    from pytest_fullgraph.results import summary
+    from pytest_fullgraph.core.results import summary
+    from pytest_fullgraph.levels.executorch_runtime import runtime_log
 
     with pytest.raises(RuntimeError) as failed, runtime_log():
         os.write(2, GLM4_MOE_LOG.encode())
@@ -290,8 +290,8 @@ def test_a_named_log_file_holds_a_block_while_it_runs_and_is_emptied_after(tmp_p
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """On an xdist worker the log goes to a file ``crash_sites`` reads if the runtime kills the process; a block
     inside another gets a file of its own, so the outer one's lines are not lost."""
-    from pytest_fullgraph import executorch_runtime
-    from pytest_fullgraph.results import summary
+    from pytest_fullgraph.core.results import summary
+    from pytest_fullgraph.levels import executorch_runtime
 
     named = tmp_path / "gw0.runtime.log"
     monkeypatch.setattr(executorch_runtime, "LOG_FILE", named)
@@ -308,8 +308,8 @@ def test_a_named_log_file_holds_a_block_while_it_runs_and_is_emptied_after(tmp_p
 def test_what_the_bindings_write_to_sys_stderr_is_kept_too(capsys: pytest.CaptureFixture[str]) -> None:
     """ExecuTorch's Python bindings hand the runtime's log to ``sys.stderr``, which pytest's capture (here capsys)
     points away from descriptor 2; the note has it, and ``sys.stderr`` is put back."""
-    from pytest_fullgraph.executorch_runtime import runtime_log
-    from pytest_fullgraph.results import summary
+    from pytest_fullgraph.core.results import summary
+    from pytest_fullgraph.levels.executorch_runtime import runtime_log
 
     before = sys.stderr
     with pytest.raises(RuntimeError) as failed, runtime_log():
@@ -324,7 +324,7 @@ def test_a_runtime_without_its_package_is_named_with_its_extra(toy_project: pyte
                                                                monkeypatch: pytest.MonkeyPatch,
                                                                exported: dict[str, Any], tmp_path: Path) -> None:
     """Before anything runs: at the option (a usage error), at save_generate and at load_generate."""
-    from pytest_fullgraph import artifacts
+    from pytest_fullgraph.levels import artifacts
 
     saved = save_generate(exported["static"], tmp_path / "fixed")
     metadata = json.loads(metadata_path(saved).read_text())
@@ -343,7 +343,7 @@ def test_a_runtime_without_its_package_is_named_with_its_extra(toy_project: pyte
 def test_max_batch_size_bounds_a_dynamic_export_only() -> None:
     from transformers import GenerationConfig
 
-    from pytest_fullgraph.decode import UnsupportedGeneration, export_generate
+    from pytest_fullgraph.loop.decode import UnsupportedGeneration, export_generate
 
     model, config = build_tiny("llama"), GenerationConfig(max_new_tokens=2, do_sample=False, pad_token_id=0)
     ids, mask = left_padded(3, 8)
@@ -373,7 +373,7 @@ def test_other_shapes_are_refused_before_the_program_runs(exported: dict[str, An
 def test_dynamic_export_refuses_settings_built_for_one_prompt_length() -> None:
     from transformers import GenerationConfig
 
-    from pytest_fullgraph.decode import UnsupportedGeneration, export_generate
+    from pytest_fullgraph.loop.decode import UnsupportedGeneration, export_generate
 
     input_ids, attention_mask = left_padded(2, 8)
     config = GenerationConfig(max_new_tokens=4, min_new_tokens=2, do_sample=False, pad_token_id=0)
@@ -463,7 +463,7 @@ def test_the_suite_saves_for_the_runtime_chosen(toy_project: pytest.Pytester, tm
     for an AOTInductor build (the aoti row itself is tested in a fresh process above)."""
     import dataclasses
 
-    from pytest_fullgraph import artifacts
+    from pytest_fullgraph.levels import artifacts
 
     stand_in = dataclasses.replace(RUNTIMES["pt2"], name="standin", suffix=".standin.pt2")
     monkeypatch.setitem(artifacts.RUNTIMES, "standin", stand_in)
@@ -500,8 +500,8 @@ def test_the_suite_saves_executorch_programs_and_says_why_a_sampling_one_is_not(
             "noise as an input" in checks["toy-sample-export"]["message"])
     from transformers import GenerationConfig  # the toy's generate with the settings baked in is the reference
 
-    from pytest_fullgraph.inputs import make_inputs
-    from pytest_fullgraph.scenarios import SCENARIOS
+    from pytest_fullgraph.check.inputs import make_inputs
+    from pytest_fullgraph.check.scenarios import SCENARIOS
 
     toy = cast(Any, build_tiny("llama"))
     for scenario in ("greedy", "eos"):

@@ -15,9 +15,10 @@ import torch
 from transformers import GenerationConfig, PreTrainedModel
 from transformers.generation.candidate_generator import AssistedCandidateGenerator
 
-from pytest_fullgraph import assisted, build_tiny
-from pytest_fullgraph.decode import UnsupportedGeneration, export_generate, fullgraph_generate
-from pytest_fullgraph.generation import generate_fn
+from pytest_fullgraph import build_tiny
+from pytest_fullgraph.core.generation import generate_fn
+from pytest_fullgraph.loop.decode import UnsupportedGeneration, export_generate, fullgraph_generate
+from pytest_fullgraph.loop.modes import assisted
 from pytest_fullgraph.models.draft import build_draft
 
 TARGET = build_tiny("llama")
@@ -182,7 +183,7 @@ def test_the_draft_runs_the_processors_its_generate_builds(monkeypatch: pytest.M
     transformers 5.24 the warpers twice: merged with the target's before its own are appended)."""
     from transformers.generation.utils import GenerationMixin
 
-    from pytest_fullgraph.planning import prepare
+    from pytest_fullgraph.loop.planning import prepare
 
     draft = DRAFTS["near"]()
     config = GenerationConfig(max_new_tokens=4, pad_token_id=0, do_sample=True, repetition_penalty=1.2, **WARPERS[0])
@@ -317,9 +318,9 @@ def test_a_dynamic_export_of_a_draft_mode_is_refused_by_name() -> None:
 def test_a_model_whose_tokens_follow_its_cache_length_is_blamed_not_the_loop() -> None:
     """axk2's sparse-attention indexer picks other positions with a longer static cache (its scores tie at 0), so
     the draft modes' longer cache changes its tokens: ``generate`` with a cache of the loop's length says whose."""
-    from pytest_fullgraph.compare import static_cache_verdict
-    from pytest_fullgraph.inputs import make_inputs
-    from pytest_fullgraph.scenarios import SCENARIOS
+    from pytest_fullgraph.check.compare import static_cache_verdict
+    from pytest_fullgraph.check.inputs import make_inputs
+    from pytest_fullgraph.check.scenarios import SCENARIOS
 
     model = build_tiny("axk2")
     inputs = make_inputs(model, SCENARIOS["prompt_lookup"])

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pytest_fullgraph import report
-from pytest_fullgraph.report.collate import group_name
+from pytest_fullgraph.publish.collate import group_name
 from pytest_fullgraph.report.merge import merge
 from pytest_fullgraph.report.schema import ReportError
 from tests.conftest import checks_by_id, read_report

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
+from pytest_fullgraph.core.results import CheckResult
 from pytest_fullgraph.report import Report, markdown, terminal_lines
 from pytest_fullgraph.report.audit import COMPILES_ANYWAY, FLAG_BUT_BREAKS, disagreements, model_summaries
-from pytest_fullgraph.results import CheckResult
 
 
 def result(model: str, level: str, outcome: str, flag: bool | None, scenario: str = "greedy",
@@ -79,7 +79,7 @@ def test_reports_without_flags_have_no_audit_section() -> None:
 def test_a_mode_whose_loop_in_transformers_never_compiles_the_forward_says_nothing_of_the_flag() -> None:
     """Beam search's forward level errors for every model (transformers' _beam_search calls the forward
     uncompiled); that is no evidence against a model's _can_compile_fullgraph."""
-    from pytest_fullgraph.results import MODE_NEVER_COMPILES
+    from pytest_fullgraph.core.results import MODE_NEVER_COMPILES
 
     never = CheckResult("llama", "beam", "forward", "aot_eager", 4, "error", stage="compiled generation",
                         message=f"nothing was compiled: transformers ran level 'forward' eagerly (transformers' "

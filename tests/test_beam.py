@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from transformers import GenerationConfig
 
 from pytest_fullgraph import build_tiny
-from pytest_fullgraph.decode import UnsupportedGeneration, fullgraph_generate
-from pytest_fullgraph.generation import generate_fn, static_cache_config
+from pytest_fullgraph.core.generation import generate_fn, static_cache_config
+from pytest_fullgraph.loop.decode import UnsupportedGeneration, fullgraph_generate
 from pytest_fullgraph.models.oracle import SCORE_TABLE, build_oracle
 from tests.beam_reference import Search, search_row
 from tests.conftest import checks_by_id, read_report
@@ -78,7 +78,7 @@ def test_beams_computed_by_hand_equal_generate_and_the_loop(search: Search, prom
 
 def test_a_cache_that_does_not_follow_its_beams_changes_the_oracles_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
     """The oracle sees its prefix only through the cache: a reorder left out must show in the tokens."""
-    from pytest_fullgraph import beam
+    from pytest_fullgraph.loop.modes import beam
 
     ids, mask, _ = _padded([[3, 1, 2], [5, 6]])
     config = _config(Search(num_beams=3, max_new_tokens=5, num_return_sequences=3))
@@ -150,7 +150,7 @@ def test_stop_strings_with_beams_are_refused_by_name() -> None:
 
 
 def test_a_cache_layer_that_cannot_follow_the_beams_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_fullgraph import beam
+    from pytest_fullgraph.loop.modes import beam
 
     monkeypatch.setattr(beam, "REORDERABLE", frozenset({"SomeOtherLayer"}))
     config = GenerationConfig(num_beams=2, max_new_tokens=3, pad_token_id=0)
@@ -178,7 +178,7 @@ def test_the_suite_judges_beam_modes_at_every_level_of_the_loop(toy_project: pyt
 
 FRESH_PROCESS = """
 import sys, torch
-from pytest_fullgraph.artifacts import load_generate
+from pytest_fullgraph.levels.artifacts import load_generate
 saved = torch.load(sys.argv[2])
 run = load_generate(sys.argv[1])
 for limit, expected in saved["expected"].items():
@@ -193,8 +193,8 @@ def test_a_saved_beam_search_program_gives_generates_sequences_in_a_fresh_proces
     import subprocess
     import sys
 
-    from pytest_fullgraph.artifacts import save_generate
-    from pytest_fullgraph.decode import export_generate
+    from pytest_fullgraph.levels.artifacts import save_generate
+    from pytest_fullgraph.loop.decode import export_generate
 
     model = build_tiny("llama")
     ids = torch.tensor([[0, 0, 5, 6], [7, 8, 9, 10]])

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from pytest_fullgraph import report
-from pytest_fullgraph.break_advice import DOCS, KIND, KIND_HINTS, MESSAGE, OTHER_KIND, REGISTRY, advise
-from pytest_fullgraph.break_help import docs_url, help_for_ids
+from pytest_fullgraph.core.break_advice import DOCS, KIND, KIND_HINTS, MESSAGE, OTHER_KIND, REGISTRY, advise
+from pytest_fullgraph.core.break_help import docs_url, help_for_ids
+from pytest_fullgraph.core.results import BREAK, BreakRecord, CheckResult
 from pytest_fullgraph.report.html import html
-from pytest_fullgraph.results import BREAK, BreakRecord, CheckResult
 
 REPOSITORY = Path(__file__).parent.parent
 BASELINE = REPOSITORY / "baselines" / "fast-torch2.13.0.json"
@@ -53,7 +53,7 @@ def test_the_advice_is_what_pytorchs_whole_message_says() -> None:
     """A record keeps the message's first line; the rest (the API advice, the page) is what torch really prints."""
     import torch
 
-    from pytest_fullgraph.breaks import record_from_exception
+    from pytest_fullgraph.core.breaks import record_from_exception
 
     def branches_on_a_tensor(x: torch.Tensor) -> torch.Tensor:
         return x + 1 if x.sum().item() == 1 else x - 1
@@ -69,7 +69,7 @@ def test_the_advice_is_what_pytorchs_whole_message_says() -> None:
 def test_a_link_in_the_message_is_its_page() -> None:
     from torch._dynamo.exc import UserError, UserErrorType
 
-    from pytest_fullgraph.breaks import record_from_exception
+    from pytest_fullgraph.core.breaks import record_from_exception
 
     error = UserError(UserErrorType.DYNAMIC_CONTROL_FLOW, "Expected the branches to return the same shapes.",
                       case_name="cond_operands")  # torch appends its page to a message ending in "."

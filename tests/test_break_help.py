@@ -11,10 +11,10 @@ from torch._dynamo import graph_break_hints
 from torch._dynamo.exc import get_gbid_documentation_link
 
 from pytest_fullgraph import report
-from pytest_fullgraph.break_help import _registry, help_for, help_for_ids
+from pytest_fullgraph.core.break_help import _registry, help_for, help_for_ids
+from pytest_fullgraph.core.results import BREAK, BreakRecord, CheckResult
 from pytest_fullgraph.report.render import markdown
 from pytest_fullgraph.report.terminal import terminal_lines
-from pytest_fullgraph.results import BREAK, BreakRecord, CheckResult
 
 BOILERPLATE = {hint.strip() for name in ("FUNDAMENTAL", "SUPPORTABLE", "DYNAMO_BUG", "USER_ERROR", "DIFFICULT",
                                          "CAUSED_BY_EARLIER_GRAPH_BREAK")

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from pytest_fullgraph import breaks, build_tiny, run_check
-from pytest_fullgraph.breaks import ORIGINS, Frame, classify, frames_from, innermost
-from pytest_fullgraph.compile_events import capture_compile_events
+from pytest_fullgraph import build_tiny, run_check
+from pytest_fullgraph.core import breaks
+from pytest_fullgraph.core.breaks import ORIGINS, Frame, classify, frames_from, innermost
+from pytest_fullgraph.core.compile_events import capture_compile_events
 
 EOS_TOKEN_ID = 2
 
@@ -57,11 +58,11 @@ def test_planted_breaks_are_located_and_classified(function, argument, origin, g
     (Frame("torch/nn/modules/module.py", 1, "_call_impl", "f()"), "torch"),
     (Frame("mypackage/model.py", 1, "forward", "y = x"), "user"),
     (Frame("executorch/runtime/__init__.py", 147, "execute", "return self._method(inputs)"), "runtime"),
-    (Frame("pytest_fullgraph/decode.py", 1, "_next_tokens", "t = torch.multinomial(p, 1)"), "loop"),
+    (Frame("pytest_fullgraph/loop/decode.py", 1, "_next_tokens", "t = torch.multinomial(p, 1)"), "loop"),
     # the draft modes' loops are the loop's too, whatever their statement looks like
-    (Frame("pytest_fullgraph/assisted.py", 1, "body", "accepted = (drafts == tokens).cumprod(-1)"), "loop"),
-    (Frame("pytest_fullgraph/speculative.py", 1, "accept", "u = torch.rand_like(p)"), "loop"),
-    (Frame("pytest_fullgraph/lookup.py", 1, "candidates", "if finished.any():"), "loop"),
+    (Frame("pytest_fullgraph/loop/modes/assisted.py", 1, "body", "accepted = (drafts == tokens).cumprod(-1)"), "loop"),
+    (Frame("pytest_fullgraph/loop/modes/speculative.py", 1, "accept", "u = torch.rand_like(p)"), "loop"),
+    (Frame("pytest_fullgraph/loop/modes/lookup.py", 1, "candidates", "if finished.any():"), "loop"),
 ])
 def test_origin_rules_table(frame: Frame, origin: str) -> None:
     assert classify(frame) == origin and origin in ORIGINS
@@ -101,7 +102,7 @@ def test_real_breaks_of_transformers_generate_are_classified() -> None:
 
 
 def test_recompile_reasons_are_the_same_in_every_process() -> None:
-    from pytest_fullgraph.compile_events import normalise_reason
+    from pytest_fullgraph.core.compile_events import normalise_reason
 
     reason = ("0/0: ___check_obj_id(func.__code__, 93848271708960), type=<class 'code'>  # f at 0x7f3a12\n"
               "User stack trace:\n  File ...")
@@ -129,7 +130,7 @@ def test_a_higher_order_break_worded_by_older_torch_keeps_its_cause_from_the_mes
 
     from torch._dynamo.exc import UncapturedHigherOrderOpError
 
-    from pytest_fullgraph.breaks import break_message, inner_break
+    from pytest_fullgraph.core.breaks import break_message, inner_break
 
     error = UncapturedHigherOrderOpError(OLDER_HOP_MESSAGE, StackSummary())
     assert break_message(str(error), "UncapturedHigherOrderOpError") == (
@@ -153,7 +154,7 @@ def test_library_paths_are_shown_relative_to_their_package_or_the_standard_libra
 
     import transformers
 
-    from pytest_fullgraph.breaks import display_path
+    from pytest_fullgraph.core.breaks import display_path
 
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
     assert display_path(copy.__file__) == f"{version}/copy.py"
@@ -174,12 +175,12 @@ def test_a_break_in_the_standard_library_is_placed_at_its_caller() -> None:
 def test_an_error_in_transformers_integrations_names_the_model_code_that_called_them() -> None:
     """sdpa's shape error for dory is the tensors dory's attention passed it: the site keeps the integration's line
     and adds the model's call, which the report blames; an integration reached without model code stays as it is."""
-    from pytest_fullgraph.breaks import error_site, record_from_exception
+    from pytest_fullgraph.core.breaks import error_site, record_from_exception
 
     error = RuntimeError("The size of tensor a (25) must match the size of tensor b (22)")
     record = record_from_exception(error)
     record.file, record.line = "transformers/integrations/sdpa_attention.py", 182
-    record.stack = [Frame("pytest_fullgraph/generation.py", 60, "generate"),
+    record.stack = [Frame("pytest_fullgraph/core/generation.py", 60, "generate"),
                     Frame("transformers/models/dory/modeling_dory.py", 523, "forward"),
                     Frame("transformers/models/dory/modeling_dory.py", 275, "forward"),
                     Frame("transformers/integrations/sdpa_attention.py", 182, "sdpa_attention_forward")]
@@ -192,14 +193,17 @@ def test_an_error_in_transformers_integrations_names_the_model_code_that_called_
 
 
 def test_every_loop_form_lives_in_a_module_whose_breaks_are_the_loops() -> None:
-    """A loop added in a new module is blamed on the loop, not on "user", only if ``LOOP_MODULES`` names it."""
-    from pytest_fullgraph import assisted, beam, decode, exported, lookup
+    """A loop lives in the ``loop`` package, and every module there is blamed on the loop, not on "user" or the
+    harness, by where it lives: a new mode's module needs no list."""
+    from pytest_fullgraph.loop import decode, exported
+    from pytest_fullgraph.loop.modes import assisted, beam, lookup
 
     loops = [*decode.LOOPS.values(), *beam.BEAM_LOOPS.values(), *lookup.LOOKUP_LOOPS.values(),
              *assisted.ASSISTED_LOOPS.values(), exported.DecodeProgram.forward, decode.fullgraph_generate]
-    modules = {loop.__module__.removeprefix("pytest_fullgraph.") for loop in loops}
-    assert modules <= set(breaks.LOOP_MODULES), modules - set(breaks.LOOP_MODULES)
-    package = Path(breaks.__file__).parent
-    assert [name for name in breaks.LOOP_MODULES if not (package / f"{name}.py").is_file()] == []
-    frames = frames_from([traceback.FrameSummary(str(package / f"{name}.py"), 1, "f") for name in breaks.LOOP_MODULES])
-    assert len(frames) == len(breaks.LOOP_MODULES)  # none of them is cut off as harness
+    assert {loop.__module__.split(".")[1] for loop in loops} == {"loop"}
+    package = Path(decode.__file__).parent
+    files = sorted(package.rglob("*.py"))
+    assert len(files) > 10
+    frames = frames_from([traceback.FrameSummary(str(path), 1, "f") for path in files])
+    assert len(frames) == len(files)  # none of them is cut off as harness
+    assert {breaks.classify(frame) for frame in frames} == {"loop"}

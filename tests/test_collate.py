@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from pytest_fullgraph import report
-from pytest_fullgraph.report.collate import collate, group_name
-from pytest_fullgraph.results import CheckResult
+from pytest_fullgraph.core.results import CheckResult
+from pytest_fullgraph.publish.collate import collate, group_name
 
 
 def shard(tmp_path: Path, name: str, *, torch: str = "2.13.0+cpu", slow: bool = False, label: str | None = None,
@@ -141,7 +141,7 @@ import sys
 sys.modules["torch"] = None  # every import of torch now fails
 from pathlib import Path
 from pytest_fullgraph.report import Report, diff, load, markdown, merge, terminal_lines, write
-from pytest_fullgraph.report.collate import collate
+from pytest_fullgraph.publish.collate import collate
 
 baseline_path = Path(sys.argv[1])
 baseline = load(baseline_path)

@@ -9,15 +9,16 @@ from typing import Any
 import pytest
 import torch
 
-from pytest_fullgraph import build_tiny, compile_events, report
-from pytest_fullgraph.builtin_levels import CudagraphsLevel, CudagraphsWhileLevel, builtin_levels
-from pytest_fullgraph.check import run_check
-from pytest_fullgraph.report.collate import group_name
+from pytest_fullgraph import build_tiny, report
+from pytest_fullgraph.check.run import run_check
+from pytest_fullgraph.core import compile_events
+from pytest_fullgraph.core.results import PASS, SKIP, CheckResult
+from pytest_fullgraph.levels.builtin import CudagraphsLevel, CudagraphsWhileLevel, builtin_levels
+from pytest_fullgraph.publish.collate import group_name
 from pytest_fullgraph.report.merge import merge
 from pytest_fullgraph.report.render import markdown
 from pytest_fullgraph.report.schema import ReportError
 from pytest_fullgraph.report.terminal import terminal_lines
-from pytest_fullgraph.results import PASS, SKIP, CheckResult
 from tests.conftest import checks_by_id, read_report
 
 

@@ -16,11 +16,11 @@ import pytest
 import torch
 
 from pytest_fullgraph import run_check
-from pytest_fullgraph.check import failed_build
-from pytest_fullgraph.compile_events import CountingBackend
-from pytest_fullgraph.levels import AT_LEAST_ONE_GRAPH, GRAPHS_NOT_COUNTED, ONE_GRAPH, GraphRule, Level
+from pytest_fullgraph.check.run import failed_build
+from pytest_fullgraph.core.compile_events import CountingBackend
+from pytest_fullgraph.core.results import BreakRecord, CheckResult, Stage, add_note
+from pytest_fullgraph.levels.base import AT_LEAST_ONE_GRAPH, GRAPHS_NOT_COUNTED, ONE_GRAPH, GraphRule, Level
 from pytest_fullgraph.report import Report, markdown
-from pytest_fullgraph.results import BreakRecord, CheckResult, Stage, add_note
 
 PROMPT_WIDTH = 8  # the greedy scenario: two prompts of 8 tokens
 NEW_TOKENS = 4
@@ -374,7 +374,7 @@ def test_a_break_stays_a_break_when_only_its_diagnostic_pass_times_out() -> None
 def test_time_limit_rearms_a_timer_that_was_already_set() -> None:
     import signal
 
-    from pytest_fullgraph.timer import CheckTimeout, time_limit
+    from pytest_fullgraph.core.timer import CheckTimeout, time_limit
 
     fired: list[int] = []
     previous = signal.signal(signal.SIGALRM, lambda *_: fired.append(1))
@@ -397,10 +397,10 @@ def test_a_timeout_waits_for_an_import_in_progress(tmp_path: Any, monkeypatch: p
     import importlib
     import sys
 
-    from pytest_fullgraph import timer
+    from pytest_fullgraph.core import timer
 
     (tmp_path / "planted_import.py").write_text(
-        "import sys\nfrom pytest_fullgraph.timer import importing\nSEEN = importing(sys._getframe())\n")
+        "import sys\nfrom pytest_fullgraph.core.timer import importing\nSEEN = importing(sys._getframe())\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     assert importlib.import_module("planted_import").SEEN is True
     assert timer.importing(sys._getframe()) is False
@@ -410,7 +410,7 @@ class StaticReference(FakeLevel):
     """A level whose eager reference runs transformers' static cache, as the forward level's does."""
 
     def reference_config(self, config: Any) -> Any:
-        from pytest_fullgraph.generation import static_cache_config
+        from pytest_fullgraph.core.generation import static_cache_config
 
         return static_cache_config(config)
 

@@ -10,8 +10,8 @@ import torch
 from transformers import GenerationConfig
 
 from pytest_fullgraph import build_tiny
-from pytest_fullgraph.decode import UnsupportedGeneration, fullgraph_generate
-from pytest_fullgraph.generation import generate_fn
+from pytest_fullgraph.core.generation import generate_fn
+from pytest_fullgraph.loop.decode import UnsupportedGeneration, fullgraph_generate
 from tests.conftest import PLANTED_BREAK_LINE, checks_by_id, read_report
 
 
@@ -108,7 +108,7 @@ def test_a_compiler_crash_away_from_the_models_break_stays_torchs_error_naming_t
     assert result.outcome == "error"
     assert result.first_break is not None
     assert (result.first_break.gb_type, result.first_break.origin) == ("InternalTorchDynamoError", "torch")
-    assert result.first_break.file.startswith("pytest_fullgraph/decode.py")
+    assert result.first_break.file.startswith("pytest_fullgraph/loop/decode.py")
     assert result.message.endswith(" (also breaks at transformers/models/mpt/modeling_mpt.py:121: Unsupported "
                                    "Tensor.item() call with capture_scalar_outputs=False (model))")
     assert [record.gb_id for record in result.breaks if record.root_cause] == ["GB0124"]  # Tensor.item()
@@ -136,7 +136,8 @@ def test_loop_mismatch_says_whether_the_models_static_cache_is_to_blame() -> Non
 
 
 def test_loop_mismatch_on_a_sound_model_is_the_loops(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_fullgraph import decode, run_check
+    from pytest_fullgraph import run_check
+    from pytest_fullgraph.loop import decode
 
     monkeypatch.setattr(decode, "initial_positions", lambda mask: mask.long().cumsum(-1))  # off by one
     result = run_check(build_tiny("gpt2"), "gpt2", "greedy", "decode", "eager", 3)  # absolute positions
@@ -171,7 +172,7 @@ def test_property_suite_checks_the_eager_loop_and_xfails_a_model_that_does_not_c
 
 def _compiled_while(model: torch.nn.Module, ids: torch.Tensor, config: GenerationConfig,
                     seed: int) -> tuple[torch.Tensor, list[int]]:
-    from pytest_fullgraph.compile_events import capture_compile_events, counting_backend
+    from pytest_fullgraph.core.compile_events import capture_compile_events, counting_backend
 
     torch._dynamo.reset()
     with capture_compile_events() as trace:
@@ -240,7 +241,8 @@ def test_break_in_our_loop_is_located_in_decode_py_as_the_loops(monkeypatch: pyt
     with origin ``loop``: the loop's fault, not the model's."""
     import inspect
 
-    from pytest_fullgraph import decode, run_check
+    from pytest_fullgraph import run_check
+    from pytest_fullgraph.loop import decode
 
     monkeypatch.setattr(decode, "_next_tokens", torch._dynamo.disable(decode._next_tokens))
     source, first_line = inspect.getsourcelines(decode.decode_loop)
@@ -249,6 +251,6 @@ def test_break_in_our_loop_is_located_in_decode_py_as_the_loops(monkeypatch: pyt
     assert result.outcome == "break", result.message
     assert result.first_break is not None
     assert (result.first_break.file, result.first_break.line, result.first_break.origin) == (
-        "pytest_fullgraph/decode.py", call_line, "loop")
-    assert any((b.file, b.line, b.origin) == ("pytest_fullgraph/decode.py", call_line, "loop")
+        "pytest_fullgraph/loop/decode.py", call_line, "loop")
+    assert any((b.file, b.line, b.origin) == ("pytest_fullgraph/loop/decode.py", call_line, "loop")
                for b in result.breaks)

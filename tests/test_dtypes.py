@@ -114,9 +114,9 @@ def test_a_mixture_of_experts_model_gets_a_float64_verdict() -> None:
     (without it, every bfloat16 mismatch of qwen2_moe, mixtral and qwen3_moe went unjudged)."""
     import torch
 
-    from pytest_fullgraph.compare import precision_verdict
+    from pytest_fullgraph.check.compare import precision_verdict
+    from pytest_fullgraph.core.results import Mismatch
     from pytest_fullgraph.models import build_tiny
-    from pytest_fullgraph.results import Mismatch
 
     model: Any = cast(Any, build_tiny("qwen2_moe")).to(torch.bfloat16)
     prompt = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]])
@@ -129,8 +129,8 @@ def test_a_mixture_of_experts_model_gets_a_float64_verdict() -> None:
 
 
 def test_an_unjudged_mismatch_says_why() -> None:
-    from pytest_fullgraph.compare import precision_verdict
-    from pytest_fullgraph.results import Mismatch
+    from pytest_fullgraph.check.compare import precision_verdict
+    from pytest_fullgraph.core.results import Mismatch
 
     class NoFloat64:
         dtype = None
@@ -179,7 +179,7 @@ def _static_cache_offset_model(relative_error_in_ulps: float, absolute: float = 
 def _first_seed_where_the_caches_differ(model: Any, inputs: dict[str, Any], config: Any) -> tuple[int, Any]:
     import torch
 
-    from pytest_fullgraph.generation import generate, static_cache_config
+    from pytest_fullgraph.core.generation import generate, static_cache_config
 
     for seed in range(64):
         default = generate(model, inputs, config, seed)
@@ -200,7 +200,7 @@ def test_a_sampled_static_cache_difference_in_bfloat16_is_blamed_only_if_float32
     import torch
     from transformers import GenerationConfig
 
-    from pytest_fullgraph.compare import static_cache_verdict
+    from pytest_fullgraph.check.compare import static_cache_verdict
 
     model = _static_cache_offset_model(relative_error_in_ulps=4.0, absolute=absolute)
     prompt = torch.tensor([[5, 6, 7, 8, 9, 10], [11, 12, 13, 14, 15, 16]])

@@ -13,15 +13,15 @@ import torch
 from transformers import StoppingCriteriaList
 
 from pytest_fullgraph import build_tiny
-from pytest_fullgraph.generation import generate
-from pytest_fullgraph.inputs import (
+from pytest_fullgraph.check.inputs import (
     generate_kwargs,
     generation_config,
     make_inputs,
     model_generation_defaults,
     scenario_values,
 )
-from pytest_fullgraph.scenarios import BASIC, SCENARIOS, Scenario, select_scenarios
+from pytest_fullgraph.check.scenarios import BASIC, SCENARIOS, Scenario, select_scenarios
+from pytest_fullgraph.core.generation import generate
 from tests.conftest import checks_by_id, read_report
 
 FEATURES = [name for name in SCENARIOS if name not in BASIC]
@@ -135,8 +135,8 @@ def test_the_loop_refuses_a_feature_as_a_skip_that_says_why(toy_project: pytest.
 
 def test_the_markdown_has_feature_views_once_features_beyond_the_basic_four_ran() -> None:
     from pytest_fullgraph import report
+    from pytest_fullgraph.core.results import CheckResult
     from pytest_fullgraph.report.render import markdown
-    from pytest_fullgraph.results import CheckResult
 
     checks = [CheckResult(model, scenario, level, "aot_eager", 4, outcome)
               for model, scenario, level, outcome in [

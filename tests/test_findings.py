@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from pytest_fullgraph.__main__ import main
-from pytest_fullgraph.report import Report, ReportError, findings, load, releases, write
-from pytest_fullgraph.results import BreakRecord, CheckResult
+from pytest_fullgraph.core.results import BreakRecord, CheckResult
+from pytest_fullgraph.publish import findings, releases
+from pytest_fullgraph.report import Report, ReportError, load, write
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 #: The committed page and the arguments that make it, relative to the repository (the page quotes them).
@@ -346,7 +347,7 @@ def test_the_pages_that_quote_a_report_set_carry_its_provenance_line() -> None:
 
 
 def test_provenance_counts_commits_reruns_and_rejudged_checks() -> None:
-    from pytest_fullgraph.report.provenance import provenance
+    from pytest_fullgraph.publish.provenance import provenance
 
     first = Report({"git_revision": "a" * 40, "replaced_checks": [
         {"by": "rerun at bbbbbbb: a fix", "count": 3, "model": "x"}, {"by": "reworded", "count": 1, "model": "y"}],
@@ -364,7 +365,7 @@ def test_provenance_counts_commits_reruns_and_rejudged_checks() -> None:
 
 
 def test_a_level_drawn_three_times_is_counted_as_pass_fails_or_varies() -> None:
-    from pytest_fullgraph.report.provenance import draws_table
+    from pytest_fullgraph.publish.provenance import draws_table
 
     checks = [CheckResult(model, "greedy", "hf_executorch", "aot_eager", 4, outcome)
               for model, outcome in (("a", "pass"), ("b", "error"), ("c", "error"), ("d", "error"), ("e", "error"),

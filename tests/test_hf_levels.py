@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from pytest_fullgraph import build_tiny, run_check
-from pytest_fullgraph.generation import static_cache_config
-from pytest_fullgraph.hf_export import CheckedRunner, fresh_cache, generate_steps, host_loop, spec_differences
-from pytest_fullgraph.inputs import generation_config, make_inputs
-from pytest_fullgraph.scenarios import SCENARIOS
+from pytest_fullgraph.check.inputs import generation_config, make_inputs
+from pytest_fullgraph.check.scenarios import SCENARIOS
+from pytest_fullgraph.core.generation import static_cache_config
+from pytest_fullgraph.levels.hf_export import CheckedRunner, fresh_cache, generate_steps, host_loop, spec_differences
 
 
 def test_the_host_loop_over_the_eager_forward_is_generates_and_a_wrong_step_shows() -> None:
@@ -50,7 +50,7 @@ def test_a_helper_that_feeds_the_right_positions_passes(monkeypatch: pytest.Monk
     """The verdict above is the helper's, not the level's: a helper with the right positions passes."""
     from transformers.integrations import executorch
 
-    from pytest_fullgraph import hf_levels
+    from pytest_fullgraph.levels import hf as hf_levels
 
     def right(program: Any, prompt: torch.Tensor, new_tokens: int) -> torch.Tensor:
         return hf_levels._positions_loop(program.module(), prompt, new_tokens)
@@ -123,8 +123,8 @@ def test_the_exporters_cache_is_sized_by_a_fixed_length_layer_wherever_it_is() -
     exporter, must find the length, or say in one line that there is none."""
     from types import SimpleNamespace
 
-    from pytest_fullgraph.generation import UnsupportedGeneration
-    from pytest_fullgraph.hf_levels import _cache_length
+    from pytest_fullgraph.core.generation import UnsupportedGeneration
+    from pytest_fullgraph.levels.hf import _cache_length
 
     class LinearAttentionLayer:
         pass
@@ -147,7 +147,7 @@ def test_the_exporters_cache_is_sized_by_a_fixed_length_layer_wherever_it_is() -
 def test_a_back_ends_mismatch_is_told_from_torch_exports_program_by_the_dynamo_back_ends_tokens(
         dynamo: str | Exception, ending: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same prefill and decode, exported by the dynamo back end and run in the same loop, say which is at fault."""
-    from pytest_fullgraph import hf_levels
+    from pytest_fullgraph.levels import hf as hf_levels
 
     eager = torch.tensor([[1, 2, 3]])
 
@@ -189,7 +189,7 @@ def test_a_runner_refusing_the_cache_gets_a_note_and_with_refit_is_fed_the_expor
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The runner checks the cache's spec as transformers' dynamo and ExecuTorch runners do; the refusal keeps its
     own exception (and site) with the differing values noted; refit feeds the same tensors under the exported spec."""
-    from pytest_fullgraph import hf_export
+    from pytest_fullgraph.levels import hf_export
 
     exported = a_spec(8)
     monkeypatch.setattr(hf_export, "_exported_cache_spec", lambda runner: exported)
@@ -246,7 +246,7 @@ def test_transformers_dynamo_runner_refuses_a_sliding_window_cache_naming_its_st
     assert result.outcome == "error", result.message
     assert "StaticSlidingWindowLayer.cumulative_length_int 8 at export, 9 now" in result.message
     assert "runner_dynamo.py" in result.message  # the site is still transformers' runner, not our wrapper
-    from pytest_fullgraph.hf_levels import HfDynamoLevel
+    from pytest_fullgraph.levels.hf import HfDynamoLevel
 
     model = build_tiny("gemma2")
     scenario = SCENARIOS["greedy"]

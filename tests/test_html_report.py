@@ -18,9 +18,9 @@ import pytest
 
 from pytest_fullgraph import report
 from pytest_fullgraph.__main__ import main
-from pytest_fullgraph.report.collate import collate
+from pytest_fullgraph.core.results import BreakRecord, CheckResult, Mismatch, PrecisionVerdict
+from pytest_fullgraph.publish.collate import collate
 from pytest_fullgraph.report.html import HTML_NAME, html, source_roots, source_url
-from pytest_fullgraph.results import BreakRecord, CheckResult, Mismatch, PrecisionVerdict
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 ENVIRONMENT = {"torch": "2.13.0+cpu", "transformers": "5.24.0", "backend": "aot_eager", "max_new_tokens": 4,

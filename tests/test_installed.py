@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_fullgraph import shipped_suite
+from pytest_fullgraph.plugin import shipped_suite
 from tests import readme_summary
 from tests.conftest import checks_by_id, read_report
 

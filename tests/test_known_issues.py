@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from pytest_fullgraph import report
+from pytest_fullgraph.core.results import BreakRecord, CheckResult
+from pytest_fullgraph.publish.findings import outcome_lines
+from pytest_fullgraph.publish.upstream import write_drafts
 from pytest_fullgraph.report import known_issues
-from pytest_fullgraph.report.findings import outcome_lines
 from pytest_fullgraph.report.html import html
 from pytest_fullgraph.report.known_issues import KNOWN_ISSUES, SIGNATURE, STATUSES, KnownIssue, known
-from pytest_fullgraph.report.upstream import write_drafts
-from pytest_fullgraph.results import BreakRecord, CheckResult
 
 REPOSITORY = Path(__file__).parent.parent
 #: Every report the repository keeps: the measured runs, the torch releases and the CI baseline.
@@ -132,7 +132,8 @@ NO_CACHE_ERROR = SLIDING_ERROR.replace(
     ("compiled generation failed at transformers/exporters/runners/runner_executorch.py:54: RuntimeError: Real spec "
      "TreeSpec(StaticCache, {'_t': 'obj', 'p': 'transformers.cache_utils:StaticCache', 's': {'layers': [{'_t': 'obj', "
      "'p': 'transformers.cache_utils:StaticSlidingWindowLayer', 's': {'cumulative_length_int': 9}}]}}", False),
-    (SLIDING_ERROR.replace("transformers/exporters/runners/runner_dynamo.py", "pytest_fullgraph/hf_export.py"), False),
+    (SLIDING_ERROR.replace("transformers/exporters/runners/runner_dynamo.py", "pytest_fullgraph/levels/hf_export.py"),
+     False),
 ])
 def test_the_sliding_window_counter_signature_and_its_near_misses(message: str, matches: bool) -> None:
     result = an_error(message, model="gemma2", level="hf_dynamo")
@@ -241,8 +242,8 @@ def test_the_terminal_summary_says_known_for_a_failure_and_a_break_site(monkeypa
 
 def test_a_known_failure_says_so_under_its_message_in_pytest(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(textwrap.dedent(f"""
-        from pytest_fullgraph.plugin import apply_verdict
-        from pytest_fullgraph.results import CheckResult
+        from pytest_fullgraph.plugin.verdict import apply_verdict
+        from pytest_fullgraph.core.results import CheckResult
 
         def test_known():
             apply_verdict(CheckResult("deepseek_v4", "greedy", "decode", "eager", 4, "error", {DSV4_ERROR!r}),

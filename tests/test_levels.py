@@ -12,8 +12,8 @@ import pytest
 from tests.conftest import checks_by_id, read_report
 
 TOY_LEVEL = textwrap.dedent('''\
-    from pytest_fullgraph.generation import generate_fn
-    from pytest_fullgraph.levels import GRAPHS_NOT_COUNTED, Level
+    from pytest_fullgraph.core.generation import generate_fn
+    from pytest_fullgraph.levels.base import GRAPHS_NOT_COUNTED, Level
 
 
     class ReplayLevel(Level):
@@ -200,8 +200,8 @@ def test_a_bad_timeout_is_a_usage_error(pytester: pytest.Pytester) -> None:
 ])
 def test_the_break_mode_decides_which_levels_record_every_break(mode: str, run_slow: bool, generate: bool, others: bool,
                                                                modules_loaded_outside_pytester: None) -> None:
-    from pytest_fullgraph.builtin_levels import builtin_levels
-    from pytest_fullgraph.settings import Settings
+    from pytest_fullgraph.levels.builtin import builtin_levels
+    from pytest_fullgraph.plugin.settings import Settings
 
     settings = Settings(models=("llama",), backend="aot_eager", max_new_tokens=4, run_slow=run_slow, strict=False,
                         breaks=mode)
@@ -217,7 +217,7 @@ def test_nothing_compiled_says_why_generate_compiled_nothing() -> None:
     from transformers import GenerationConfig, LlamaForCausalLM
 
     from pytest_fullgraph import build_tiny
-    from pytest_fullgraph.levels import why_generate_compiled_nothing
+    from pytest_fullgraph.levels.base import why_generate_compiled_nothing
 
     model, config = build_tiny("llama"), GenerationConfig(max_new_tokens=2)
     assert why_generate_compiled_nothing(model, config) == "model type 'llama' or its cache is not compiled by generate"
@@ -247,8 +247,8 @@ def test_nothing_compiled_in_draft_modes_says_which_decision_of_generate() -> No
     through nobody's fault (a skip that says so), while a cache whose layers refuse compiling is transformers'
     choice (an error naming them); both were "model type ... or its cache is not compiled" before."""
     from pytest_fullgraph import build_tiny
-    from pytest_fullgraph.check import run_check
-    from pytest_fullgraph.results import ERROR, SKIP
+    from pytest_fullgraph.check.run import run_check
+    from pytest_fullgraph.core.results import ERROR, SKIP
 
     one_token = run_check(build_tiny("llama"), "llama", "prompt_lookup", "forward", "aot_eager", 1)
     assert one_token.outcome == SKIP, one_token.message
@@ -267,7 +267,7 @@ def test_watching_generate_leaves_the_model_as_it_was_when_the_rerun_fails() -> 
     """The watch shadows ``_valid_auto_compile_criteria`` on the instance and hooks the forward; a rerun that
     raises still tells what it saw, and the model keeps neither."""
     from pytest_fullgraph import build_tiny
-    from pytest_fullgraph.levels import watch_auto_compile
+    from pytest_fullgraph.levels.base import watch_auto_compile
 
     model = build_tiny("llama")
 

@@ -10,8 +10,8 @@ import torch
 from transformers import GenerationConfig
 
 from pytest_fullgraph import build_tiny
-from pytest_fullgraph.decode import UnsupportedGeneration, fullgraph_generate
-from pytest_fullgraph.generation import generate_fn
+from pytest_fullgraph.core.generation import generate_fn
+from pytest_fullgraph.loop.decode import UnsupportedGeneration, fullgraph_generate
 from pytest_fullgraph.models.oracle import build_oracle
 
 ORACLE = build_oracle()
@@ -104,7 +104,7 @@ def test_what_prompt_lookup_cannot_do_is_refused_by_name(ids: list[list[int]], s
 
 
 def test_a_cache_that_cannot_roll_back_is_refused_by_name() -> None:
-    from pytest_fullgraph.decode import export_generate
+    from pytest_fullgraph.loop.decode import export_generate
 
     config = GenerationConfig(max_new_tokens=3, pad_token_id=0, prompt_lookup_num_tokens=2)
     for run in (fullgraph_generate, export_generate):  # both refuse before any graph

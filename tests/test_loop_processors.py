@@ -17,7 +17,7 @@ from transformers.generation.logits_process import (
     SequenceBiasLogitsProcessor,
 )
 
-from pytest_fullgraph.loop_processors import banned_ngrams, check_processors, process, process_unrolled
+from pytest_fullgraph.loop.processors import banned_ngrams, check_processors, process, process_unrolled
 
 VOCAB = 6  # small, so that n-grams and biased sequences repeat
 
@@ -93,8 +93,8 @@ def test_a_processor_that_rebinds_its_tensors_at_prefill_compiles_in_the_while_b
     from transformers import GenerationConfig
 
     from pytest_fullgraph import build_tiny
-    from pytest_fullgraph.decode import fullgraph_generate
-    from pytest_fullgraph.generation import generate_fn
+    from pytest_fullgraph.core.generation import generate_fn
+    from pytest_fullgraph.loop.decode import fullgraph_generate
 
     model = build_tiny("llama")
     ids = torch.tensor([[5, 6, 7, 8, 9, 10], [11, 12, 13, 14, 15, 16]])
@@ -113,9 +113,9 @@ def test_stop_strings_stop_rows_in_the_graph_as_generate_stops_them(loop: str) -
     from transformers import GenerationConfig
 
     from pytest_fullgraph import build_tiny
-    from pytest_fullgraph.decode import UnsupportedGeneration, fullgraph_generate
-    from pytest_fullgraph.generation import generate_fn
-    from pytest_fullgraph.inputs import tiny_tokenizer
+    from pytest_fullgraph.check.inputs import tiny_tokenizer
+    from pytest_fullgraph.core.generation import generate_fn
+    from pytest_fullgraph.loop.decode import UnsupportedGeneration, fullgraph_generate
 
     model = build_tiny("llama")
     ids = torch.tensor([[5, 6, 7, 8, 9, 10], [11, 12, 13, 14, 15, 16]])
@@ -143,9 +143,9 @@ def test_min_new_tokens_wins_over_min_length_as_in_generate(loop: str) -> None:
     from transformers import GenerationConfig
 
     from pytest_fullgraph import build_tiny
-    from pytest_fullgraph.decode import fullgraph_generate
-    from pytest_fullgraph.generation import generate_fn
-    from pytest_fullgraph.inputs import left_padded_prompts, model_generation_defaults
+    from pytest_fullgraph.check.inputs import left_padded_prompts, model_generation_defaults
+    from pytest_fullgraph.core.generation import generate_fn
+    from pytest_fullgraph.loop.decode import fullgraph_generate
 
     model = build_tiny("llama")
     prompt = left_padded_prompts([3], 7, int(model.config.vocab_size))

@@ -11,9 +11,9 @@ import torch
 from transformers import GenerationConfig
 
 from pytest_fullgraph import build_tiny, run_check
-from pytest_fullgraph.decode import UnsupportedGeneration, fullgraph_generate
-from pytest_fullgraph.generation import generate_fn, static_cache_config
-from pytest_fullgraph.loop_state import CarriedCache, WholeSlidingLayer, loop_cache
+from pytest_fullgraph.core.generation import generate_fn, static_cache_config
+from pytest_fullgraph.loop.decode import UnsupportedGeneration, fullgraph_generate
+from pytest_fullgraph.loop.state import CarriedCache, WholeSlidingLayer, loop_cache
 
 #: more new tokens than the tiny configs' sliding window (16): the window fills and slides inside the loop
 PAST_THE_WINDOW = 20
@@ -234,7 +234,7 @@ def test_without_lifting_the_routing_wrapper_the_while_form_cannot_capture_it(mo
     """The fake above reproduces 5.25's failure, so the test before it can fail."""
     import contextlib
 
-    from pytest_fullgraph import loop_tracing
+    from pytest_fullgraph.loop import tracing as loop_tracing
 
     model = build_tiny("llama")
     _route_like_kernels(monkeypatch, model)
@@ -263,7 +263,7 @@ CARRIED_LAYER_MODELS = ("llama", "gemma2", "glm_moe_dsa", "mamba", "falcon_h1", 
 def test_the_carried_attribute_lists_cover_every_tensor_a_layer_holds_after_prefill() -> None:
     """The loop state names what it carries (torch 2.11's dynamo cannot list an object's attributes): a tensor
     or dict a transformers release adds to a layer must be named too, or this fails."""
-    from pytest_fullgraph import loop_state
+    from pytest_fullgraph.loop import state as loop_state
 
     named_tensors = set(loop_state.CARRIED_TENSORS)
     named_dicts = set(loop_state.CARRIED_TENSOR_DICTS) | set(loop_state.STEP_DICTS)
@@ -288,7 +288,7 @@ def test_the_carried_attribute_lists_cover_every_tensor_a_layer_holds_after_pref
 
 def test_a_stand_in_reads_through_and_writes_to_itself() -> None:
     """What ``copy.copy`` gave the step, in a form torch 2.11 can trace: the original is never written."""
-    from pytest_fullgraph import loop_tracing
+    from pytest_fullgraph.loop import tracing as loop_tracing
 
     original = WholeSlidingLayer(max_cache_len=4)
     stand_in = loop_tracing.view(original)
@@ -302,7 +302,7 @@ def test_the_idle_collector_writes_nothing_unless_outputs_are_asked_for() -> Non
     """torch 2.11 refuses the collector's writes inside the while body; an empty collection needs none."""
     from transformers.utils import output_capturing
 
-    from pytest_fullgraph import loop_tracing
+    from pytest_fullgraph.loop import tracing as loop_tracing
 
     original = output_capturing._active_collector
     with loop_tracing.output_collector_idle("while"):
@@ -326,8 +326,8 @@ def test_an_export_that_replaces_min_still_exports_the_while_form(monkeypatch: p
     import builtins
     import contextlib
 
-    from pytest_fullgraph import loop_tracing
-    from pytest_fullgraph.decode import export_generate
+    from pytest_fullgraph.loop import tracing as loop_tracing
+    from pytest_fullgraph.loop.decode import export_generate
 
     if not shim:
         monkeypatch.setattr(loop_tracing, "python_min_max", contextlib.nullcontext)

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from pytest_fullgraph import report
+from pytest_fullgraph.core.results import BreakRecord, CheckResult, Mismatch
 from pytest_fullgraph.report.causes import error_key, fault_of, group, skip_key
 from pytest_fullgraph.report.render import markdown
 from pytest_fullgraph.report.tables import grouped_sites
-from pytest_fullgraph.results import BreakRecord, CheckResult, Mismatch
 
 #: The basic matrix's reports: every level of 196 models (matrix-a-f lacks ``while``, which while-a-f holds).
 MERGED_PARTS = sorted((Path(__file__).parent.parent / "bench" / "reports").glob("matrix-*.json.gz")) + sorted(
@@ -137,8 +137,10 @@ CRASHED = "suites/test_conformance.py::test_generation_compiles_exactly[opt-gree
      "loop"),
     (a_check("opt", "error", "nothing was compiled: transformers ran level 'forward' eagerly"), "transformers"),
     # in this package: an error in the draft modes' loop is the loop's, one of the checks' own explanation the plugin's
-    (a_check("opt", "error", "compiled generation failed at pytest_fullgraph/assisted.py:9: RuntimeError: r"), "loop"),
-    (a_check("opt", "error", "eager generation failed at pytest_fullgraph/compare.py:9: RuntimeError: Sizes of "
+    (a_check("opt", "error",
+             "compiled generation failed at pytest_fullgraph/loop/modes/assisted.py:9: RuntimeError: r"),
+     "loop"),
+    (a_check("opt", "error", "eager generation failed at pytest_fullgraph/check/compare.py:9: RuntimeError: Sizes of "
                              "tensors must match"), "plugin"),
     (a_check("opt", "error", "eager generation failed at transformers/integrations/sdpa_attention.py:182 (called "
                              "from transformers/models/dory/modeling_dory.py:275): RuntimeError: sizes"), "model"),

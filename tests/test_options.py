@@ -10,7 +10,7 @@ from typing import Any, cast
 import pytest
 
 from pytest_fullgraph.models import Registry
-from pytest_fullgraph.options import (
+from pytest_fullgraph.plugin.options import (
     OPTION,
     OPTIONS,
     Chosen,
@@ -21,8 +21,8 @@ from pytest_fullgraph.options import (
     read_shard_costs,
     resolve_settings,
 )
-from pytest_fullgraph.parsers import Choice, parse_device, parse_positive_int, parse_seconds
-from pytest_fullgraph.shard import Shard
+from pytest_fullgraph.plugin.parsers import Choice, parse_device, parse_positive_int, parse_seconds
+from pytest_fullgraph.report.shard import Shard
 
 HEADER_TEST = "def test_nothing(fullgraph_settings):\n    pass\n"
 

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from pytest_fullgraph.builtin_levels import builtin_levels
+from pytest_fullgraph.check.scenarios import longest_prompt
+from pytest_fullgraph.levels.builtin import builtin_levels
 from pytest_fullgraph.models import ModelSpec, Registry
 from pytest_fullgraph.models.positions import Positions, declared_positions, selection_too_long, too_long
-from pytest_fullgraph.options import OPTIONS, Chosen, resolve_settings
-from pytest_fullgraph.scenarios import longest_prompt
-from pytest_fullgraph.session import FullgraphSession
-from pytest_fullgraph.settings import Settings
+from pytest_fullgraph.plugin.options import OPTIONS, Chosen, resolve_settings
+from pytest_fullgraph.plugin.session import FullgraphSession
+from pytest_fullgraph.plugin.settings import Settings
 
 
 class Composite:

@@ -16,8 +16,9 @@ from typing import Any, cast
 import pytest
 
 from pytest_fullgraph import report
-from pytest_fullgraph.parsers import ProgressChoice
-from pytest_fullgraph.progress import (
+from pytest_fullgraph.core.results import CheckResult, check_seconds
+from pytest_fullgraph.plugin.parsers import ProgressChoice
+from pytest_fullgraph.plugin.progress import (
     CRASHED_PHASE,
     Progress,
     duration_text,
@@ -27,9 +28,8 @@ from pytest_fullgraph.progress import (
     wanted,
     write_full_line,
 )
-from pytest_fullgraph.results import CheckResult, check_seconds
-from pytest_fullgraph.settings import PROGRESS_MODES
-from pytest_fullgraph.shard import model_costs
+from pytest_fullgraph.plugin.settings import PROGRESS_MODES
+from pytest_fullgraph.report.shard import model_costs
 from tests.conftest import read_report
 
 

@@ -43,7 +43,7 @@ def test_failing_checks_print_no_structured_trace_records(toy_project: pytest.Py
 def test_a_users_own_trace_request_is_left_to_torch(monkeypatch: pytest.MonkeyPatch) -> None:
     import logging
 
-    from pytest_fullgraph.compile_events import TRACE_LOGGER, silence_structured_trace
+    from pytest_fullgraph.core.compile_events import TRACE_LOGGER, silence_structured_trace
 
     logger = logging.getLogger(TRACE_LOGGER)
     level = logger.level

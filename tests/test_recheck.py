@@ -12,8 +12,8 @@ import torch
 import transformers
 
 from pytest_fullgraph import report
-from pytest_fullgraph.recheck import Drawn, draw, pytest_arguments
-from pytest_fullgraph.results import BreakRecord, CheckResult
+from pytest_fullgraph.core.results import BreakRecord, CheckResult
+from pytest_fullgraph.report.recheck import Drawn, draw, pytest_arguments
 
 ENVIRONMENT = {"torch": torch.__version__, "transformers": transformers.__version__, "backend": "eager",
                "max_new_tokens": 2, "breaks": "all", "device": "cpu", "run_slow": False}

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import torch
 
-from pytest_fullgraph.generation import generate_fn
+from pytest_fullgraph.core.generation import generate_fn
 from pytest_fullgraph.models import build_tiny, tiny
 
 REQUIRED = (
@@ -117,8 +117,8 @@ def test_a_model_is_settled_by_one_forward_before_its_checks() -> None:
     """big_bird switches its attention type on its first forward, so its first generation differed from every
     later one and the first of its checks to run read "eager generation differs from itself"; the cache runs the
     forward once after the build, drawing nothing from torch's generator, so no check's verdict depends on order."""
-    from pytest_fullgraph.model_cache import Built, ModelCache
     from pytest_fullgraph.models import builtin_registry
+    from pytest_fullgraph.plugin.built_models import Built, ModelCache
 
     built: Any = build_tiny("big_bird")
     assert built.bert.attention_type == "block_sparse"  # as built

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from pytest_fullgraph import report
-from pytest_fullgraph.break_help import help_for_ids
-from pytest_fullgraph.results import BreakRecord, CheckResult
+from pytest_fullgraph.core.break_help import help_for_ids
+from pytest_fullgraph.core.results import BreakRecord, CheckResult
 
 ENVIRONMENT = {"torch": "2.13.0", "transformers": "5.24.0", "backend": "aot_eager", "max_new_tokens": 4}
 
@@ -444,7 +444,7 @@ def a_higher_order_break() -> BreakRecord:
                          "Detected data-dependent branching", "conftest.py", 8, "forward", "if x.sum() > 0:", "user")
     return BreakRecord("torch._dynamo.exc.UncapturedHigherOrderOpError", "UncapturedHigherOrderOpError", None,
                        "This higher order operator doesn't work unless it is captured completely with torch.compile",
-                       "pytest_fullgraph/decode.py", 374, "decode_while_loop", "state = while_loop(...)", "user",
+                       "pytest_fullgraph/loop/decode.py", 374, "decode_while_loop", "state = while_loop(...)", "user",
                        cause=inside)
 
 
@@ -489,7 +489,7 @@ def test_peak_memory_is_read_on_cuda_only(monkeypatch: pytest.MonkeyPatch) -> No
     """The measurement itself (the GPU run in bench/gpu.sh shows real numbers): reset before, read after."""
     import torch
 
-    from pytest_fullgraph.compute import peak_cuda_memory
+    from pytest_fullgraph.core.compute import peak_cuda_memory
 
     calls: list[str] = []
 

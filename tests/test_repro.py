@@ -17,13 +17,13 @@ import pytest
 import torch
 
 from pytest_fullgraph import __main__ as command_line
+from pytest_fullgraph.core.results import BreakRecord, CheckResult
 from pytest_fullgraph.repro.case import Case
 from pytest_fullgraph.repro.command import INDEX_NAME, MAX_LINES, reproduce, select
 from pytest_fullgraph.repro.plan import TEMPLATES, Expected, Plan, grouped, plan_for
 from pytest_fullgraph.repro.reduce import EDITS, fewer_keys, reduce
 from pytest_fullgraph.repro.source import Script, assignment, parse_result, render
 from pytest_fullgraph.repro.verify import imports_package, run_isolated
-from pytest_fullgraph.results import BreakRecord, CheckResult
 
 CACHE_ERROR = ("eager generation failed at transformers/cache_utils.py:487: IndexError: index_copy_(): index 11 is "
                "out of bounds for dimension 2 with size 11; model.generate with the default cache works: the model's "
@@ -81,7 +81,7 @@ def test_our_loop_failing_where_generate_fails_alike_is_the_same_cause_and_a_loo
     (check(model="mpt", level="decode", outcome="break", stage="compiled generation",
            record=record("Unsupported Tensor.item() call", "transformers/models/mpt/modeling_mpt.py", 121),
            message="Unsupported Tensor.item() call [GB0124] at ... (with fullgraph=True the compiler crashed instead: "
-                   "InternalTorchDynamoError at pytest_fullgraph/decode.py:319 in fullgraph_generate (loop): "
+                   "InternalTorchDynamoError at pytest_fullgraph/loop/decode.py:319 in fullgraph_generate (loop): "
                    "PendingUnbackedSymbolNotFound: Pending unbacked symbols {u2} not in returned outputs)"),
      ("forward_compile",),
      Expected("crash", "InternalTorchDynamoError: PendingUnbackedSymbolNotFound",
@@ -322,7 +322,7 @@ def test_the_command_verifies_with_the_interpreter_it_is_given(tmp_path: Path,
 
 def _real_check(model: str, level: str, tokens: int = 2) -> CheckResult:
     """The check as the suite records it, run here: its sites are those of the installed transformers."""
-    from pytest_fullgraph.check import run_check
+    from pytest_fullgraph.check.run import run_check
     from pytest_fullgraph.models import session_registry
 
     return run_check(session_registry()[model].build(), model, "greedy", level, "eager", tokens, diagnose=False)
@@ -382,7 +382,7 @@ def test_a_projects_class_is_rebuilt_from_its_file_in_a_fresh_process(tmp_path: 
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """A file that does not import pytest_fullgraph is imported as it is; the script needs it, torch and
     transformers."""
-    from pytest_fullgraph.check import run_check
+    from pytest_fullgraph.check.run import run_check
     from pytest_fullgraph.models import Registry, build_tiny
 
     module = _project_module(tmp_path / "fullgraph_project_model.py", PROJECT_MODEL, monkeypatch)

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from pytest_fullgraph.core.results import CheckResult
 from pytest_fullgraph.report.schema import Report
 from pytest_fullgraph.repro import command
 from pytest_fullgraph.repro.command import INDEX_NAME, reproduce_run
-from pytest_fullgraph.results import CheckResult
 
 
 def test_a_run_writes_a_verified_script_per_failing_cause_and_says_why_not_for_the_rest(

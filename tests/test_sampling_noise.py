@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from pytest_fullgraph import build_tiny
-from pytest_fullgraph.decode import UnsupportedGeneration, export_generate
-from pytest_fullgraph.sampling_noise import draws, multinomial, noise_from
+from pytest_fullgraph.loop.decode import UnsupportedGeneration, export_generate
+from pytest_fullgraph.loop.sampling_noise import draws, multinomial, noise_from
 
 
 @pytest.mark.parametrize("num_samples", [1, 5])

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from pytest_fullgraph.inputs import left_padded_prompts, pick_eos_token
-from pytest_fullgraph.modeling import moved_to
+from pytest_fullgraph.check.inputs import left_padded_prompts, pick_eos_token
+from pytest_fullgraph.core.model_facts import moved_to
 from pytest_fullgraph.models.tiny import FIRST_PROMPT_ID, PAD_TOKEN_ID
 
 

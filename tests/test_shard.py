@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pytest_fullgraph import report
-from pytest_fullgraph.results import CheckResult
-from pytest_fullgraph.shard import Shard, missing_shards, model_costs, parse_shard, partition, select_shard
+from pytest_fullgraph.core.results import CheckResult
+from pytest_fullgraph.report.shard import Shard, missing_shards, model_costs, parse_shard, partition, select_shard
 from tests.conftest import read_report
 from tests.test_xdist import without_timings
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers.generation.utils import _speculative_sampling
 
-from pytest_fullgraph.speculative import speculative_selection, uniform_draws
+from pytest_fullgraph.loop.modes.speculative import speculative_selection, uniform_draws
 
 RUNNING = torch.tensor(True)
 

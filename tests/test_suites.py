@@ -8,7 +8,7 @@ import traceback
 import pytest
 
 from pytest_fullgraph import build_tiny
-from pytest_fullgraph.session import FullgraphSession
+from pytest_fullgraph.plugin.session import FullgraphSession
 from suites import test_decode_properties as properties
 from suites import test_export_shapes as export_shapes
 
@@ -57,6 +57,6 @@ def test_the_export_suite_xfails_only_what_torch_export_says_about_code_not_ours
                            in_model)
     assert export_shapes.export_refusal(constraint) is not None
     ours = raised_at(Unsupported("Data-dependent branching", gb_type="Data-dependent branching"),
-                     "pytest_fullgraph/decode.py")
+                     "pytest_fullgraph/loop/decode.py")
     assert export_shapes.export_refusal(ours) is None  # a break in our loop is our bug
     assert export_shapes.export_refusal(raised_at(KeyError("cache_len"), in_model)) is None  # not export's words

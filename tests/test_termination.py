@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_fullgraph.environment import environment
-from pytest_fullgraph.termination import ReportWarmup, SigtermListener, Terminated
+from pytest_fullgraph.core.environment import environment
+from pytest_fullgraph.plugin.signals import ReportWarmup, SigtermListener, Terminated
 from tests.conftest import checks_by_id, read_report
 
 #: a test module whose second test stops the run with SIGTERM after the first test's check finished

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from pytest_fullgraph import report
-from pytest_fullgraph.report.upstream import Finding, findings, upstream_group, write_drafts
-from pytest_fullgraph.results import BreakRecord, CheckResult
+from pytest_fullgraph.core.results import BreakRecord, CheckResult
+from pytest_fullgraph.publish.upstream import Finding, findings, upstream_group, write_drafts
 
 BENCH = sorted((Path(__file__).parent.parent / "bench" / "reports").glob("matrix-*.json.gz"))
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import pytest_fullgraph
-from pytest_fullgraph.results import BreakRecord, CheckResult
-from pytest_fullgraph.verdict import apply_verdict, our_fault
+from pytest_fullgraph.core.results import BreakRecord, CheckResult
+from pytest_fullgraph.plugin.verdict import apply_verdict, our_fault
 from tests.conftest import PLANTED_BREAK_LINE, checks_by_id, read_report
 
 
@@ -26,19 +26,20 @@ def a_result(outcome: str, message: str = "", breaks: tuple[BreakRecord, ...] = 
 
 
 MODEL_BREAK = a_break("model", "transformers/models/llama/modeling_llama.py")
-LOOP_BREAK = a_break("loop", "pytest_fullgraph/decode.py")
+LOOP_BREAK = a_break("loop", "pytest_fullgraph/loop/decode.py")
 
 
 @pytest.mark.parametrize(("result", "ours"), [
     (a_result("break", breaks=(MODEL_BREAK,)), None),
     (a_result("break", breaks=(a_break("torch", "torch/nn/functional.py"),)), None),
-    (a_result("break", breaks=(LOOP_BREAK,)), "pytest_fullgraph's loop breaks at pytest_fullgraph/decode.py:7"),
+    (a_result("break", breaks=(LOOP_BREAK,)), "pytest_fullgraph's loop breaks at pytest_fullgraph/loop/decode.py:7"),
     # the model breaks first, the loop later: fixing the model would leave our break
     (a_result("break", breaks=(MODEL_BREAK, LOOP_BREAK)), "pytest_fullgraph's loop breaks at"),
     # a consequence in our frame of a root cause elsewhere is not ours
-    (a_result("break", breaks=(MODEL_BREAK, a_break("loop", "pytest_fullgraph/decode.py", root_cause=False))), None),
+    (a_result("break", breaks=(MODEL_BREAK, a_break("loop", "pytest_fullgraph/loop/decode.py", root_cause=False))),
+     None),
     (a_result("break", "expected one graph, got 2 (recompiles: L['n'] == 3)"), "pytest_fullgraph's loop"),
-    (a_result("error", "compiled generation failed at pytest_fullgraph/compare.py:40: KeyError: 3"),
+    (a_result("error", "compiled generation failed at pytest_fullgraph/check/compare.py:40: KeyError: 3"),
      "pytest_fullgraph's checks"),
     (a_result("error", "compiled generation failed at transformers/cache_utils.py:40: IndexError: 3"), None),
     (a_result("mismatch", "compiled tokens differ"), None),
@@ -52,7 +53,7 @@ def test_whose_fault_a_failure_is(result: CheckResult, ours: str | None) -> None
 def test_a_break_of_ours_fails_strict_or_not_and_the_models_is_an_xfail_unless_strict(strict: bool) -> None:
     with pytest.raises(pytest.fail.Exception, match=re.escape("break in pytest_fullgraph's own code, not in what it "
                                                               "checks: pytest_fullgraph's loop breaks at "
-                                                              "pytest_fullgraph/decode.py:7")):
+                                                              "pytest_fullgraph/loop/decode.py:7")):
         apply_verdict(a_result("break", "planted", (LOOP_BREAK,)), strict=strict)
     expected = pytest.fail.Exception if strict else pytest.xfail.Exception
     with pytest.raises(expected, match="graph break: planted" if not strict else "break: planted"):
@@ -70,7 +71,7 @@ def planted_copy(root: Path) -> int:
     shutil.copytree(Path(pytest_fullgraph.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(Path(pytest_fullgraph.__file__).parents[1] / "suites", package / "suite",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    steps = package / "loop_steps.py"
+    steps = package / "loop" / "steps.py"
     lines = steps.read_text().splitlines(keepends=True)
     body = next(index for index, line in enumerate(lines) if line.startswith("def last_scores")) + 2
     steps.write_text("".join([*lines[:body], PLANTED_IN_THE_LOOP, *lines[body:]]))
@@ -87,9 +88,9 @@ def test_a_data_dependent_op_planted_in_the_loop_fails_the_run_naming_our_site(
     result.assert_outcomes(failed=1)
     assert result.ret == 1
     result.stdout.fnmatch_lines([f"*break in pytest_fullgraph's own code, not in what it checks: pytest_fullgraph's "
-                                 f"loop breaks at pytest_fullgraph/loop_steps.py:{line} (Data-dependent branching)*"])
+                                 f"loop breaks at pytest_fullgraph/loop/steps.py:{line} (Data-dependent branching)*"])
     first = checks_by_id(read_report(tmp_path))["toy-greedy-decode"]["first_break"]
-    assert (first["file"], first["line"], first["origin"]) == ("pytest_fullgraph/loop_steps.py", line, "loop")
+    assert (first["file"], first["line"], first["origin"]) == ("pytest_fullgraph/loop/steps.py", line, "loop")
 
 
 def test_the_same_op_planted_in_a_models_forward_stays_an_xfail(toy_project: pytest.Pytester,

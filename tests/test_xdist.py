@@ -101,7 +101,7 @@ Extension modules: yaml._yaml, torch._C (total: 2)
 
 
 def test_the_site_of_a_crash_is_the_fatal_error_and_the_dying_threads_innermost_frame() -> None:
-    from pytest_fullgraph.crash_sites import crash_site
+    from pytest_fullgraph.plugin.crash_sites import crash_site
 
     site = crash_site(EXECUTORCH_DUMP)
     assert site.startswith("Segmentation fault at ") and site.endswith("executorch/runtime/__init__.py:147 in execute")
@@ -115,7 +115,7 @@ def test_what_executorchs_runtime_logged_before_killing_a_worker_is_kept(pyteste
     process; the worker keeps it in a file of its own, and the crash record says it after the site."""
     pytester.makepyfile(
         "import ctypes, os\n"
-        "from pytest_fullgraph.executorch_runtime import runtime_log\n"
+        "from pytest_fullgraph.levels.executorch_runtime import runtime_log\n"
         "def test_crash():\n"
         "    with runtime_log():\n"
         "        os.write(2, b'[tensor_impl.cpp:135] Attempted to resize a static tensor.\\n')\n"

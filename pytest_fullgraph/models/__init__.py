@@ -3,6 +3,8 @@ selection by names, keywords, glob patterns and tags.
 
 How a model type is made tiny is in ``build``; the data behind it (the generic shrink and the records) in
 ``tiny``; the tags derived from configs in ``tags``.
+
+May import ``core`` only.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pytest_fullgraph.core.suggest import LIST_MODELS, close_names, did_you_mean, is_typo, spelled
 from pytest_fullgraph.models import build as _build
 from pytest_fullgraph.models.build import (
     DEFAULT_SEED,
@@ -26,7 +29,6 @@ from pytest_fullgraph.models.build import (
 )
 from pytest_fullgraph.models.tags import TAG_MEANINGS, derived_tags
 from pytest_fullgraph.models.tiny import RECORDS
-from pytest_fullgraph.suggest import LIST_MODELS, close_names, did_you_mean, is_typo, spelled
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
-from pytest_fullgraph.modeling import model_device, vocab_size
+from pytest_fullgraph.core.model_facts import model_device, vocab_size
 
 #: tokens the draft model drafts per step (``num_assistant_tokens``)
 DRAFT_TOKENS = 3

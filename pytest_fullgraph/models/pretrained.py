@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_fullgraph.core.results import first_line
 from pytest_fullgraph.models import ModelSpec, Registry
-from pytest_fullgraph.results import first_line
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel

@@ -8,8 +8,8 @@ import sys
 import time
 from typing import Any
 
+from pytest_fullgraph.core.results import first_line
 from pytest_fullgraph.models import Registry, class_facts, count_parameters
-from pytest_fullgraph.results import first_line
 
 #: The eager smoke test every buildable model passes: a short greedy generation from a fixed prompt.
 SMOKE_PROMPT = (5, 6, 7, 8)

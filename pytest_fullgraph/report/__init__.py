@@ -2,7 +2,9 @@
 the baseline gate (``gate``), and the Markdown and terminal renderings (``render``, ``terminal``) over the tables
 both read (``tables``). Nothing here imports torch, so ``python -m pytest_fullgraph report ...`` and CI's collate
 job run where torch is absent; what needs torch (the run's environment, PyTorch's break help) is captured by the
-run (``pytest_fullgraph.environment``, ``pytest_fullgraph.break_help``) and stored in the report."""
+run (``core.environment``, ``core.break_help``) and stored in the report.
+
+May import ``core`` (its torch-free parts) only."""
 
 from __future__ import annotations
 

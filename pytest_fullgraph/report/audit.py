@@ -11,7 +11,16 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pytest_fullgraph.results import BREAK, ERROR, MODE_NEVER_COMPILES, PASS, SKIP, CheckResult, Stage, outcome_rank
+from pytest_fullgraph.core.results import (
+    BREAK,
+    ERROR,
+    MODE_NEVER_COMPILES,
+    PASS,
+    SKIP,
+    CheckResult,
+    Stage,
+    outcome_rank,
+)
 
 #: The levels the audit reads: the flag governs ``forward``; ``decode`` shows whether the forward compiles anyway.
 AUDIT_LEVELS = ("forward", "decode")

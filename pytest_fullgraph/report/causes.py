@@ -12,8 +12,8 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from pytest_fullgraph.breaks import LOOP_MODULES
-from pytest_fullgraph.results import BREAK, CheckResult
+from pytest_fullgraph.core.breaks import LOOP_PATHS
+from pytest_fullgraph.core.results import BREAK, CheckResult
 
 #: Faults that are pytest_fullgraph's own: a check failing there fails, strict or not, never an xfail.
 OUR_FAULTS = ("loop", "plugin")
@@ -54,11 +54,16 @@ _RAISED_AT = re.compile(r" failed at (\S+?:\d+)(?: \(called from (\S+?:\d+)\))?:
 #: Where a worker died, when its faulthandler file said: "... crashed while running this check (...): Segmentation
 #: fault at FILE:LINE in f" (``crash_sites``).
 _DIED_AT = re.compile(r"crashed while running this check \([^)]*\): (.+?) at (\S+?:\d+) in \S+$")
+#: The loop's files as reports recorded before the package layout name them (``pytest_fullgraph/decode.py``): the
+#: committed reports keep those paths, and they stay the loop's.
+FLAT_LAYOUT_LOOP_FILES = tuple(f"pytest_fullgraph/{name}.py" for name in (
+    "decode", "exported", "planning", "beam", "beam_search", "lookup", "assisted", "speculative", "sampling_noise",
+    "loop_steps", "loop_processors", "loop_state", "loop_tracing", "modeling"))
 #: Whose fault an error raised at a path is, first matching prefix wins: in this package, the loop's modules are the
 #: loop's, the rest (the checks' own comparison or explanation crashing) the plugin's.
 _FAULT_OF_PATH = (("transformers/models/", "model"), ("transformers/", "transformers"), ("torch/", "torch"),
                   ("executorch/", "runtime"), ("onnxruntime/", "runtime"),
-                  *((f"pytest_fullgraph/{name}.py", "loop") for name in LOOP_MODULES), ("pytest_fullgraph/", "plugin"))
+                  *((path, "loop") for path in (*LOOP_PATHS, *FLAT_LAYOUT_LOOP_FILES)), ("pytest_fullgraph/", "plugin"))
 
 
 def raised_at(message: str) -> tuple[str, str] | None:

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_fullgraph.core.results import MISMATCH, PASS, ROUNDING, CheckResult, outcome_rank
 from pytest_fullgraph.report.schema import Report, ReportError
-from pytest_fullgraph.results import MISMATCH, PASS, ROUNDING, CheckResult, outcome_rank
 
 
 @dataclass

@@ -17,12 +17,12 @@ from html import escape
 from importlib import resources
 from typing import Any
 
-from pytest_fullgraph.break_advice import REGISTRY, SOURCES, Advice
+from pytest_fullgraph.core.break_advice import REGISTRY, SOURCES, Advice
+from pytest_fullgraph.core.results import DEFAULT_DTYPE, OUTCOMES, CheckResult
 from pytest_fullgraph.report.gate import GateResult, diff
 from pytest_fullgraph.report.known_issues import by_issue
 from pytest_fullgraph.report.schema import Report
 from pytest_fullgraph.report.tables import canonical, columns, crash_line, grouped_sites, plural, site_advice
-from pytest_fullgraph.results import DEFAULT_DTYPE, OUTCOMES, CheckResult
 
 HTML_NAME = "fullgraph-report.html"
 #: The page `report diff --html DIR` writes into a directory: beside a merged report, not over its own page

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
+from pytest_fullgraph.core.results import BREAK, FAILING_OUTCOMES, BreakRecord, CheckResult
 from pytest_fullgraph.report.causes import raised_at
-from pytest_fullgraph.results import BREAK, FAILING_OUTCOMES, BreakRecord, CheckResult
 
 #: What an entry's ``status`` may say of its issue or pull request; "unknown": the tracker's state was not read when
 #: the entry went in (the renderings say "status unknown").

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from pytest_fullgraph.core.results import CheckResult
 from pytest_fullgraph.report.schema import Report, ReportError
-from pytest_fullgraph.results import CheckResult
-from pytest_fullgraph.shard import missing_shards, shard_order
+from pytest_fullgraph.report.shard import missing_shards, shard_order
 
 #: Environment keys every shard must share: a merged report describes one configuration.
 MUST_MATCH = ("torch", "transformers", "backend", "max_new_tokens", "run_slow", "strict", "breaks", "device",

@@ -7,7 +7,18 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from pytest_fullgraph.builtin_levels import BUILTIN_LEVEL_NAMES
+from pytest_fullgraph.check.scenarios import SCENARIOS
+from pytest_fullgraph.core.results import (
+    BREAK,
+    DEFAULT_DTYPE,
+    DIVERGENCE,
+    MISMATCH,
+    OUTCOMES,
+    PASS,
+    ROUNDING,
+    CheckResult,
+)
+from pytest_fullgraph.levels.builtin import BUILTIN_LEVEL_NAMES
 from pytest_fullgraph.report import sections
 from pytest_fullgraph.report.gate import diff
 from pytest_fullgraph.report.merge import uneven_levels
@@ -23,17 +34,6 @@ from pytest_fullgraph.report.tables import (
     plural,
     rows,
 )
-from pytest_fullgraph.results import (
-    BREAK,
-    DEFAULT_DTYPE,
-    DIVERGENCE,
-    MISMATCH,
-    OUTCOMES,
-    PASS,
-    ROUNDING,
-    CheckResult,
-)
-from pytest_fullgraph.scenarios import SCENARIOS
 
 #: A mismatch's cell by its float64 class: a rounding flip reads apart from a real divergence.
 _MISMATCH_CELLS = {ROUNDING: "〰️ rounding", DIVERGENCE: "❌ divergence"}

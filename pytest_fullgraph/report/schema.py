@@ -1,7 +1,7 @@
 """The report's data model and its JSON form: pure data, no files, no torch, no git.
 
 Everything the run knows that needs torch (versions, PyTorch's help for each GB id) is captured by the run and
-handed in (``pytest_fullgraph.environment``, ``pytest_fullgraph.break_help``), so any machine reads, merges and
+handed in (``core.environment``, ``core.break_help``), so any machine reads, merges and
 renders a report with what it holds. Reading and writing files is ``report.files``.
 """
 
@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_fullgraph.break_help import BreakHelp
+from pytest_fullgraph.core.break_help import BreakHelp
+from pytest_fullgraph.core.results import OUTCOMES, READABLE_SCHEMA_VERSIONS, SCHEMA, SCHEMA_VERSION, CheckResult
 from pytest_fullgraph.report.audit import model_summaries
 from pytest_fullgraph.report.known_issues import report_section
 from pytest_fullgraph.report.validate import problem, record_problem
-from pytest_fullgraph.results import OUTCOMES, READABLE_SCHEMA_VERSIONS, SCHEMA, SCHEMA_VERSION, CheckResult
 
 JSON_NAME = "fullgraph-report.json"
 MARKDOWN_NAME = "fullgraph-report.md"

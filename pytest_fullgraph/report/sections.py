@@ -7,9 +7,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_fullgraph.break_advice import REGISTRY, SOURCES, Advice
-from pytest_fullgraph.break_help import BreakHelp, hint_text
-from pytest_fullgraph.builtin_levels import BUILTIN_LEVEL_NAMES
+from pytest_fullgraph.core.break_advice import REGISTRY, SOURCES, Advice
+from pytest_fullgraph.core.break_help import BreakHelp, hint_text
+from pytest_fullgraph.core.results import (
+    BREAK,
+    ERROR,
+    FAILING_OUTCOMES,
+    MISMATCH,
+    NONDETERMINISTIC,
+    SKIP,
+    CheckResult,
+    check_seconds,
+)
+from pytest_fullgraph.levels.builtin import BUILTIN_LEVEL_NAMES
 from pytest_fullgraph.report.audit import disagreements, has_flags, model_summaries
 from pytest_fullgraph.report.causes import FAULTS, error_key, group, skip_key
 from pytest_fullgraph.report.known_issues import KnownIssue, by_issue, known, known_of, labels
@@ -22,16 +32,6 @@ from pytest_fullgraph.report.tables import (
     plural,
     site_advice,
     sites_by_location,
-)
-from pytest_fullgraph.results import (
-    BREAK,
-    ERROR,
-    FAILING_OUTCOMES,
-    MISMATCH,
-    NONDETERMINISTIC,
-    SKIP,
-    CheckResult,
-    check_seconds,
 )
 
 #: Slowest checks listed; lists longer than this many lines fold.

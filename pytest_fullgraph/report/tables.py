@@ -8,14 +8,14 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from pytest_fullgraph.break_advice import Advice, advise
-from pytest_fullgraph.break_help import BreakHelp
-from pytest_fullgraph.builtin_levels import BUILTIN_LEVEL_NAMES
+from pytest_fullgraph.check.scenarios import SCENARIOS
+from pytest_fullgraph.core.break_advice import Advice, advise
+from pytest_fullgraph.core.break_help import BreakHelp
+from pytest_fullgraph.core.results import DEFAULT_DTYPE, CheckResult
+from pytest_fullgraph.levels.builtin import BUILTIN_LEVEL_NAMES
 from pytest_fullgraph.report import known_issues
 from pytest_fullgraph.report.causes import shown_origin
 from pytest_fullgraph.report.schema import Report
-from pytest_fullgraph.results import DEFAULT_DTYPE, CheckResult
-from pytest_fullgraph.scenarios import SCENARIOS
 
 
 def plural(count: int, noun: str) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from pytest_fullgraph.core.results import BREAK, MISMATCH, OUTCOMES, SKIP, CheckResult
 from pytest_fullgraph.report.audit import disagreements, model_summaries
 from pytest_fullgraph.report.known_issues import by_issue
 from pytest_fullgraph.report.merge import uneven_levels
@@ -20,7 +21,6 @@ from pytest_fullgraph.report.tables import (
     rows,
     site_advice,
 )
-from pytest_fullgraph.results import BREAK, MISMATCH, OUTCOMES, SKIP, CheckResult
 
 
 def short_cell(result: CheckResult | None) -> str:

@@ -8,4 +8,6 @@ torch); ``source`` writes the script's text (no torch), ``project`` its part for
 export; ``case`` rebuilds the check's model, inputs and generation config through the registry; ``reduce`` shrinks
 them, trying each smaller script in this process; ``verify`` runs a script in a fresh, isolated process; ``command``
 ties them together and writes the index.
+
+May import ``check``, ``report``, ``models`` and ``core``.
 """

@@ -10,16 +10,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_fullgraph.inputs import generation_config, left_padded_prompts, make_inputs, scenario_values
-from pytest_fullgraph.modeling import forward_parameters, vocab_size
+from pytest_fullgraph.check.inputs import generation_config, left_padded_prompts, make_inputs, scenario_values
+from pytest_fullgraph.check.scenarios import SCENARIOS
+from pytest_fullgraph.core.model_facts import forward_parameters, vocab_size
+from pytest_fullgraph.core.results import CheckResult, first_line
 from pytest_fullgraph.models import DEFAULT_SEED, Registry
 from pytest_fullgraph.models.tiny import PAD_TOKEN_ID
 from pytest_fullgraph.repro.plan import Plan
 from pytest_fullgraph.repro.project import project_classes
 from pytest_fullgraph.repro.source import Script
 from pytest_fullgraph.repro.verify import imports_package
-from pytest_fullgraph.results import CheckResult, first_line
-from pytest_fullgraph.scenarios import SCENARIOS
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig

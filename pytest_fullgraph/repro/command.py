@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_fullgraph.core.results import BREAK, ERROR, MISMATCH, CheckResult, first_line
+from pytest_fullgraph.core.suggest import close_names
 from pytest_fullgraph.models import Registry, session_registry
 from pytest_fullgraph.report.schema import Report
 from pytest_fullgraph.repro.case import Case, build_case, same_weights, script_for
@@ -26,8 +28,6 @@ from pytest_fullgraph.repro.plan import Group, grouped
 from pytest_fullgraph.repro.reduce import quiet, reduce, run_here
 from pytest_fullgraph.repro.source import GENERATE_TEMPLATES, render
 from pytest_fullgraph.repro.verify import imports_package, run_isolated
-from pytest_fullgraph.results import BREAK, ERROR, MISMATCH, CheckResult, first_line
-from pytest_fullgraph.suggest import close_names
 
 INDEX_NAME = "repro-index.json"
 FAILURES = (BREAK, ERROR, MISMATCH)

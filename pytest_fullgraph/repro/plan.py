@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_fullgraph.core.results import BREAK, ERROR, MISMATCH, CheckResult, Stage
 from pytest_fullgraph.report.causes import error_key, fault_of
-from pytest_fullgraph.results import BREAK, ERROR, MISMATCH, CheckResult, Stage
 
 #: What a script finds, as its ``REPRO-RESULT`` line says.
 KINDS = ("error", "break", "crash", "not_compiled", "mismatch")

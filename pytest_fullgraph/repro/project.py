@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pytest_fullgraph.modeling import project_file
+from pytest_fullgraph.core.model_facts import project_file
 
 #: Imports a project's file by its path (a class transformers does not export: a conftest's model)
 _PLAIN = '''def project_module(path):  # the file that defines the model's class, imported from its path

@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
+from pytest_fullgraph.core.timer import CheckTimeout, time_limit
 from pytest_fullgraph.repro.case import Case, parameter_count, plain_config
 from pytest_fullgraph.repro.source import parse_result
-from pytest_fullgraph.timer import CheckTimeout, time_limit
 
 _ABSENT = object()
 #: Config keys by what they size, as transformers' configs name them (top level and sub-configs alike).
