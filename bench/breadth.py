@@ -5,7 +5,7 @@
 Each model type runs in its own process (a type that hangs or exhausts memory cannot take the survey down):
 build the tiny config, build the model with seeded weights, count parameters, generate 2 tokens greedily.
 Prints one Markdown row per type as it finishes, then the summary table (``table``: how many build and generate, how
-many of those are under 2M parameters, the failures grouped by their first line) that RESULTS.md shows.
+many of those are under 2M parameters, the failures grouped by their first line) that bench/results/breadth.md shows.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def survey(model_type: str, timeout: float) -> dict[str, Any]:
 
 
 def table(raw_output: dict[str, Any]) -> list[str]:
-    """RESULTS.md's table of a survey: types that build and generate, how many are small, each failure's count."""
+    """The results page's table of a survey: types that build and generate, how many are small, each failure's count."""
     rows = raw_output["rows"]
     ok = [row for row in rows if "error" not in row]
     lines = ["| result | types |", "|---|---|", f"| build and generate | {len(ok)} of {len(rows)} |",

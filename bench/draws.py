@@ -1,6 +1,6 @@
 """More draws of a level whose outcomes vary from run to run (ExecuTorch's runtime): every check of the level that
 failed in a report (neither passed nor skipped: a skip is decided before anything runs) is rerun until it has
-``--draws`` outcomes, with the recorded run's settings (``pytest_fullgraph.recheck``). Each draw of a report's checks
+``--draws`` outcomes, with the recorded run's settings (``report.recheck``). Each draw of a report's checks
 is one pytest process (``-n 1``, its worker restarted after a crash); the outcomes are written into the report's
 ``environment.draws``, and ``report findings`` counts the level as pass / fails every draw / varies (k of N).
 
@@ -14,9 +14,9 @@ import subprocess
 from pathlib import Path
 
 from pytest_fullgraph import report
-from pytest_fullgraph.recheck import Drawn, check_releases, rerun_batch
+from pytest_fullgraph.core.results import PASS, SKIP
 from pytest_fullgraph.report.files import save
-from pytest_fullgraph.results import PASS, SKIP
+from pytest_fullgraph.report.recheck import Drawn, check_releases, rerun_batch
 
 
 def main() -> None:

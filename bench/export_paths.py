@@ -1,5 +1,6 @@
 """Tokens/s of every way a model leaves Python, on the same prompts, each checked exact against ``generate``
-(not a test: results go to bench/RESULTS.md by hand; needs the extras: ``pip install -e ".[onnx,executorch]"``).
+(not a test: results go to bench/results/exporters.md by hand; needs the extras:
+``pip install -e ".[onnx,executorch]"``).
 
     python bench/export_paths.py --model llama --batch 1 --tokens 32 --json bench/results/export_paths.json
     python bench/export_paths.py --model llama --batch 1 --tokens 32 --paths hf_dynamo ours_pt2
@@ -13,7 +14,8 @@ positions (``hf_et_module``), and our whole loop exported as one program and loa
 lowering, saving and loading), the steady time per generated token (median of ``--repeats`` runs after a warm
 one), tokens/s, and whether its tokens equal ``generate``'s (``torch.equal``). A path that fails says its
 exception's type and first line; the others still run. Prints one Markdown row per path as it finishes;
-``--json FILE`` keeps the raw output (bench/raw.py), from which ``table(raw)`` renders the same table for RESULTS.md.
+``--json FILE`` keeps the raw output (bench/raw.py), from which ``table(raw)`` renders the same table for
+bench/results/exporters.md.
 """
 
 from __future__ import annotations
@@ -36,8 +38,8 @@ Builder = Callable[[Any, dict[str, Any], Any, Path], Callable[[], Any]]
 
 def _exporter(level_name: str) -> Builder:
     def build(model: Any, inputs: dict[str, Any], config: Any, directory: Path) -> Callable[[], Any]:
-        from pytest_fullgraph.builtin_levels import builtin_levels
-        from pytest_fullgraph.hf_levels import HfExporterLevel
+        from pytest_fullgraph.levels.builtin import builtin_levels
+        from pytest_fullgraph.levels.hf import HfExporterLevel
 
         level = builtin_levels()[level_name]  # the level's own export, runner and host loop, timed
         assert isinstance(level, HfExporterLevel)
@@ -49,7 +51,7 @@ def _et_helper(driven: bool) -> Builder:
     def build(model: Any, inputs: dict[str, Any], config: Any, directory: Path) -> Callable[[], Any]:
         from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
 
-        from pytest_fullgraph.hf_levels import _export, _exportable, _positions_loop, _rows
+        from pytest_fullgraph.levels.hf import _export, _exportable, _positions_loop, _rows
 
         with _exportable(model, inputs, config) as module:
             program = _export(module, inputs)
@@ -64,7 +66,7 @@ def _et_helper(driven: bool) -> Builder:
 def _ours(runtime: str) -> Builder:
     def build(model: Any, inputs: dict[str, Any], config: Any, directory: Path) -> Callable[[], Any]:
         from pytest_fullgraph import load_generate, save_generate
-        from pytest_fullgraph.decode import export_generate
+        from pytest_fullgraph.loop.decode import export_generate
 
         program = export_generate(model, inputs["input_ids"], inputs["attention_mask"], config)
         loaded = load_generate(save_generate(program, directory / runtime, runtime=runtime))
@@ -122,7 +124,7 @@ def row_line(row: dict[str, Any]) -> str:
 
 
 def table(raw_output: dict[str, Any]) -> list[str]:
-    """RESULTS.md's table of a run: its rows, as printed."""
+    """The results page's table of a run: its rows, as printed."""
     return [*HEADER, *(row_line(row) for row in raw_output["rows"])]
 
 

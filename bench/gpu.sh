@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The suite and the speed on a GPU, as one prepared command for a lent GPU machine (docs/what-it-finds.md, "What it
-# finds on CUDA"; bench/RESULTS.md records each run with its command). Each part is sized to finish in under 8
+# finds on CUDA"; bench/results/gpu.md records each run with its command). Each part is sized to finish in under 8
 # minutes on one H200:
 #
 #   bash bench/gpu.sh suite [MODELS]   # every level (cudagraphs, cudagraphs_while, export, while...) on CUDA,

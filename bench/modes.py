@@ -78,17 +78,17 @@ def _said(error: BaseException) -> str:
 def one(model: str, scenario_name: str, built: Any = None) -> dict[str, Any]:
     import torch
 
-    from pytest_fullgraph.decode import fullgraph_generate
-    from pytest_fullgraph.generation import UnsupportedGeneration, generate
-    from pytest_fullgraph.inputs import (
+    from pytest_fullgraph.check.inputs import (
         generate_kwargs,
         generation_config,
         make_inputs,
         model_generation_defaults,
         scenario_values,
     )
+    from pytest_fullgraph.check.scenarios import SCENARIOS
+    from pytest_fullgraph.core.generation import UnsupportedGeneration, generate
+    from pytest_fullgraph.loop.decode import fullgraph_generate
     from pytest_fullgraph.models import builtin_registry
-    from pytest_fullgraph.scenarios import SCENARIOS
 
     row: dict[str, Any] = {"model": model, "scenario": scenario_name}
     scenario = SCENARIOS[scenario_name]
@@ -129,7 +129,7 @@ def _static_cache(model: Any, inputs: dict[str, Any], config: Any, seed: int, ex
     """Whose fault a loop's failure is, as the checks say it (``compare.static_cache_verdict``): ``generate``
     with the static cache the loop uses (and, for the draft modes, one of the loop's length) fails or differs too
     (the model's static-cache path), or it equals the default ``generate`` (the loop's)."""
-    from pytest_fullgraph.compare import static_cache_verdict
+    from pytest_fullgraph.check.compare import static_cache_verdict
 
     return static_cache_verdict(model, inputs, config, seed, expected).lstrip("; ")
 
@@ -170,7 +170,7 @@ def cause(row: dict[str, Any]) -> str:
 
 
 def table(raw_output: dict[str, Any]) -> list[str]:
-    """RESULTS.md's table of a run: per scenario, how many models each cause holds (few named)."""
+    """The results page's table of a run: per scenario, how many models each cause holds (few named)."""
     rows = raw_output["rows"]
     order = list(dict.fromkeys(name for _, _, name in CAUSES))
     causes = sorted({cause(row) for row in rows}, key=lambda name: (order.index(name) if name in order else 99, name))
@@ -199,8 +199,8 @@ def main() -> None:
     if args.one:
         print(json.dumps(every_scenario(args.one[0], args.one[1].split(","))))
         return
+    from pytest_fullgraph.check.scenarios import select_scenarios
     from pytest_fullgraph.models import builtin_registry
-    from pytest_fullgraph.scenarios import select_scenarios
 
     try:
         models = builtin_registry().select(",".join(args.models)) if args.models else builtin_registry().names()

@@ -10,7 +10,7 @@ classified (rounding flip or divergence) from float64, as the suite's checks do.
 
 ``--model mid`` is a llama of hidden 512, 4 layers, vocabulary 4096 (the size at which bfloat16 flips were
 first seen); ``tiny`` is the suite's tiny llama. Each (dtype, setting) runs in a fresh process so that no
-compiled code is shared. Prints one Markdown row per run (``table``: what RESULTS.md shows).
+compiled code is shared. Prints one Markdown row per run (``table``: what bench/results/precision.md shows).
 """
 
 from __future__ import annotations
@@ -58,10 +58,10 @@ def one(model_name: str, dtype: str, setting: str, prompts: int, tokens: int) ->
     import torch._inductor.config as inductor_config
     from transformers import GenerationConfig
 
-    from pytest_fullgraph.compare import first_difference, precision_verdict
-    from pytest_fullgraph.decode import fullgraph_generate
-    from pytest_fullgraph.inputs import left_padded_prompts, model_generation_defaults
-    from pytest_fullgraph.modeling import vocab_size
+    from pytest_fullgraph.check.compare import first_difference, precision_verdict
+    from pytest_fullgraph.check.inputs import left_padded_prompts, model_generation_defaults
+    from pytest_fullgraph.core.model_facts import vocab_size
+    from pytest_fullgraph.loop.decode import fullgraph_generate
 
     torch.set_num_threads(1)
     model = build(model_name, dtype)
@@ -107,7 +107,7 @@ HEADER = ["| model | dtype | setting | prompts equal | differences (class@new to
 
 
 def table(raw_output: dict[str, Any]) -> list[str]:
-    """RESULTS.md's table of a run: its rows, as printed."""
+    """The results page's table of a run: its rows, as printed."""
     return [*HEADER, *(row_line(row) for row in raw_output["rows"])]
 
 

@@ -18,9 +18,9 @@ import re
 import subprocess
 from pathlib import Path
 
-from pytest_fullgraph import breaks
+from pytest_fullgraph.core import breaks
+from pytest_fullgraph.core.results import BREAK, ERROR, BreakRecord, CheckResult, Frame
 from pytest_fullgraph.report.files import load, save
-from pytest_fullgraph.results import BREAK, ERROR, BreakRecord, CheckResult, Frame
 
 _CRASHED = re.compile(r" \(with fullgraph=True the compiler crashed instead: (?P<type>\w+) at (?P<file>\S+):"
                       r"(?P<line>\d+) in (?P<function>\S+) \(\w+\): (?P<message>.*)\)$", re.DOTALL)

@@ -70,7 +70,7 @@ def extract(source: Path, output: Path, models: tuple[str, ...]) -> None:
 
 def table(paths: list[Path]) -> None:
     """The release table as docs/FINDINGS.md has it (``python -m pytest_fullgraph report findings --releases``)."""
-    from pytest_fullgraph.report import findings, releases
+    from pytest_fullgraph.publish import findings, releases
 
     print("\n".join(releases.release_section([(findings.shown(path), findings.read(path)) for path in paths])))
 

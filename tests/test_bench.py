@@ -19,6 +19,12 @@ def generation() -> ModuleType:
     return bench_module("generation")
 
 
+@pytest.fixture(scope="module")
+def builds() -> ModuleType:
+    """bench/generation.py's measurements in fresh processes, and ``throughput --jobs``' two phases."""
+    return bench_module("generation_builds")
+
+
 def _body_with_a_branch(step: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     if x.sum() > 0:  # a data-dependent branch inside the while body
         x = x + 1
@@ -46,14 +52,15 @@ def test_any_other_failure_is_its_type_and_first_line(generation: ModuleType) ->
     assert generation.failure(ValueError("first line\nsecond line")) == "ValueError: first line"
 
 
-def test_the_exactness_column_names_the_variants_that_differ(generation: ModuleType) -> None:
+def test_the_exactness_column_names_the_variants_that_differ() -> None:
+    tables = bench_module("generation_tables")
     rows = {"ours_aoti": {"tokens_digest": "a"}, "static_compiled_forward": {"tokens_digest": "a"},
             "dynamic": {"tokens_digest": "a"}}
-    assert generation._exactness(rows) == "exact"
+    assert tables.exactness(rows) == "exact"
     rows["ours_aoti"] = {"tokens_digest": "b"}
     rows["static_compiled_forward"] = {"error": "RuntimeError: boom"}  # a failed variant is its own cell
-    assert generation._exactness(rows) == "MISMATCH: ours_aoti"
-    assert generation._exactness({"dynamic": {"error": "x"}}) == "- (generate failed)"
+    assert tables.exactness(rows) == "MISMATCH: ours_aoti"
+    assert tables.exactness({"dynamic": {"error": "x"}}) == "- (generate failed)"
 
 
 class _FakeRuns:
@@ -73,16 +80,16 @@ class _FakeRuns:
 
 
 def test_builds_then_measures_each_variant_in_one_process_over_its_shapes(
-        generation: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+        builds: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Compiles in parallel, timings alone: a build per cell, then one measuring process per (variant, model)."""
     runs = _FakeRuns()
-    monkeypatch.setattr(generation, "_rows_in_subprocess", runs)
-    setup = generation.Setup("float32", "tiny", 1, False)
+    monkeypatch.setattr(builds, "rows_in_subprocess", runs)
+    setup = builds.Setup("float32", "tiny", 1, False)
     cells = list(itertools.product(["ours_aoti", "dynamic"], ["llama"], [1, 8], [64, 256]))
-    generation._build_all(cells, tmp_path, setup, jobs=4)
+    builds.build_all(cells, tmp_path, setup, jobs=4)
     assert [call[5] for call in runs.calls] == ["0"] * 8
     runs.calls.clear()
-    measured = generation._measure_built(cells, tmp_path, setup)
+    measured = builds.measure_built(cells, tmp_path, setup)
     assert [call[:6] for call in runs.calls] == [["dynamic", "llama", "inductor", "1,8", "64,256", "5"],
                                                  ["ours_aoti", "llama", "inductor", "1,8", "64,256", "5"]]
     assert measured["ours_aoti", "llama", 8, 256]["batch"] == 8
@@ -91,23 +98,22 @@ def test_builds_then_measures_each_variant_in_one_process_over_its_shapes(
 
 
 def test_a_cell_that_failed_to_build_keeps_its_error_and_is_not_measured(
-        generation: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+        builds: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     runs = _FakeRuns(failing_build=("llama", "8x256"))
-    monkeypatch.setattr(generation, "_rows_in_subprocess", runs)
-    setup = generation.Setup("float32", "tiny", 1, False)
+    monkeypatch.setattr(builds, "rows_in_subprocess", runs)
+    setup = builds.Setup("float32", "tiny", 1, False)
     cells = list(itertools.product(["ours_aoti"], ["llama"], [1, 8], [64, 256]))
-    generation._build_all(cells, tmp_path, setup, jobs=2)
+    builds.build_all(cells, tmp_path, setup, jobs=2)
     runs.calls.clear()
-    measured = generation._measure_built(cells, tmp_path, setup)
+    measured = builds.measure_built(cells, tmp_path, setup)
     assert measured["ours_aoti", "llama", 8, 256] == {"error": "BackendCompilerFailed: boom"}
     assert sorted(call[3:5] for call in runs.calls) == [["1", "256"], ["1", "64"], ["8", "64"]]
 
 
-def test_measuring_without_a_build_says_so(generation: ModuleType, monkeypatch: pytest.MonkeyPatch,
+def test_measuring_without_a_build_says_so(builds: ModuleType, monkeypatch: pytest.MonkeyPatch,
                                            tmp_path: Path) -> None:
-    monkeypatch.setattr(generation, "_rows_in_subprocess", _FakeRuns())
-    measured = generation._measure_built([("dynamic", "llama", 1, 64)], tmp_path,
-                                         generation.Setup("float32", "tiny", 1, False))
+    monkeypatch.setattr(builds, "rows_in_subprocess", _FakeRuns())
+    measured = builds.measure_built([("dynamic", "llama", 1, 64)], tmp_path, builds.Setup("float32", "tiny", 1, False))
     assert measured == {("dynamic", "llama", 1, 64): {"error": f"not built in {tmp_path}"}}
 
 
@@ -142,7 +148,7 @@ def test_the_modes_survey_refuses_a_bad_selection_in_one_line_before_any_model_r
 
 def test_replace_swaps_a_reruns_checks_in_by_id_and_records_them_per_model() -> None:
     from pytest_fullgraph import report
-    from pytest_fullgraph.results import CheckResult
+    from pytest_fullgraph.core.results import CheckResult
 
     replace = bench_module("replace")
     old = [CheckResult(model, "greedy", "hf_executorch", "aot_eager", 4, "error") for model in ("a", "b")]
@@ -161,19 +167,19 @@ def test_replace_swaps_a_reruns_checks_in_by_id_and_records_them_per_model() -> 
 
 
 def test_rejudge_turns_a_crash_away_from_the_break_into_torchs_error() -> None:
-    from pytest_fullgraph.results import BreakRecord, CheckResult
+    from pytest_fullgraph.core.results import BreakRecord, CheckResult
 
     rejudge = bench_module("rejudge")
     cause = BreakRecord("torch._dynamo.exc.Unsupported", "Data dependent operator", "GB0033", "m",
                         "transformers/models/mvp/modeling_mvp.py", 80, "forward", "x", "model")
     message = (f"{cause.summary()} (with fullgraph=True the compiler crashed instead: InternalTorchDynamoError at "
-               "pytest_fullgraph/decode.py:319 in fullgraph_generate (loop): PendingUnbackedSymbolNotFound: u0)")
+               "pytest_fullgraph/loop/decode.py:319 in fullgraph_generate (loop): PendingUnbackedSymbolNotFound: u0)")
     result = CheckResult("mvp", "greedy", "decode", "aot_eager", 4, "break", message, first_break=cause,
                          breaks=[cause])
     assert rejudge.rejudge(result)
     assert result.outcome == "error" and result.first_break is not None
-    assert (result.first_break.where(), result.first_break.origin) == ("pytest_fullgraph/decode.py:319", "torch")
-    assert result.message == ("InternalTorchDynamoError at pytest_fullgraph/decode.py:319 in fullgraph_generate "
+    assert (result.first_break.where(), result.first_break.origin) == ("pytest_fullgraph/loop/decode.py:319", "torch")
+    assert result.message == ("InternalTorchDynamoError at pytest_fullgraph/loop/decode.py:319 in fullgraph_generate "
                               "(torch): PendingUnbackedSymbolNotFound: u0 (also breaks at "
                               "transformers/models/mvp/modeling_mvp.py:80: Data dependent operator (model))")
     assert not rejudge.rejudge(result)  # once judged, nothing more to do

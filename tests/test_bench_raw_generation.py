@@ -17,6 +17,11 @@ def generation() -> ModuleType:
     return bench_module("generation")
 
 
+@pytest.fixture(scope="module")
+def tables() -> ModuleType:
+    return bench_module("generation_tables")
+
+
 def _raw(rows: list[dict[str, Any]], **settings: Any) -> dict[str, Any]:
     return {"bench": "generation", "rows": rows, "settings": settings}
 
@@ -84,7 +89,7 @@ def test_throughput_gives_tokens_per_second_ratios_and_exactness(generation: Mod
 
 
 def test_a_throughput_run_over_several_shapes_is_one_table_whose_rows_say_their_shape(
-        generation: ModuleType) -> None:
+        generation: ModuleType, tables: ModuleType) -> None:
     times = {"ours_aoti": 0.05, "static_compiled_forward": 0.4, "dynamic": 0.625}
     rows = [*_throughput_rows("llama", 1, 64, times, SAME), *_throughput_rows("llama", 8, 64, times, SAME)]
     settings = {**THROUGHPUT, "batch": [1, 8], "tokens": [64]}
@@ -94,11 +99,11 @@ def test_a_throughput_run_over_several_shapes_is_one_table_whose_rows_say_their_
         "|---|---|---|---|---|---|---|---|---|",
         "| 1 | 64 | llama | 20000 | 2500 | 1600 | 8.0x | 12.5x | exact |",
         "| 8 | 64 | llama | 160000 | 20000 | 12800 | 8.0x | 12.5x | exact |"]
-    assert generation._caption({**settings, "beams": 4}).startswith(
+    assert tables.caption({**settings, "beams": 4}).startswith(
         "\nbatch 1 / 8, 64 new tokens, float32, tiny model, num_beams 4; tokens/s = ")
 
 
-def test_what_throughput_prints_is_the_table_of_what_it_keeps(generation: ModuleType, monkeypatch: pytest.MonkeyPatch,
+def test_what_throughput_prints_is_the_table_of_what_it_keeps(generation: ModuleType, tables: ModuleType,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     """The rows a user watches come in one by one; together they are ``table(raw)`` of the rows returned."""
     measured = {(variant, model, 2, 64): {"ms_per_token": 0.5, "tokens_digest": "a"}
@@ -107,7 +112,7 @@ def test_what_throughput_prints_is_the_table_of_what_it_keeps(generation: Module
     rows = generation._throughput(("llama", "gemma"), settings, generation.Setup("float32", "tiny", 1, False),
                                   measured)
     printed = capsys.readouterr().out.splitlines()
-    assert printed[:2] == ["", generation._caption(settings).strip()]
+    assert printed[:2] == ["", tables.caption(settings).strip()]
     assert printed[2:] == generation.table(_raw(rows, **settings))
     assert [row["model"] for row in rows] == ["llama"] * 3 + ["gemma"] * 3
 
