@@ -223,7 +223,7 @@ REGENERATE = """
 import sys
 sys.modules["torch"] = None
 from pathlib import Path
-from pytest_fullgraph.report import findings
+from pytest_fullgraph.publish import findings
 sys.stdout.write(findings.generate([Path("bench/reports")], [Path("bench/reports/releases")], Path("docs/FINDINGS.md"),
                                    also=[Path("bench/reports/modes"), Path("bench/reports/hf")]))
 assert not [name for name in sys.modules if name.split(".")[0] in ("torch", "transformers")

@@ -197,3 +197,9 @@ def test_ci_runs_only_commands_the_readme_gives() -> None:
     for line in ci:
         command = line.removeprefix("python -m ")
         assert any(command.startswith(given) or given.startswith(command) for given in readme), line
+
+
+def test_the_readme_stays_a_page_a_newcomer_reads() -> None:
+    """README is the front door: past 350 lines a topic belongs in docs/ with a link."""
+    lines = (REPOSITORY / "README.md").read_text().splitlines()
+    assert len(lines) <= 350, f"README.md has {len(lines)} lines: move a topic to docs/"
