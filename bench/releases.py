@@ -71,8 +71,9 @@ def extract(source: Path, output: Path, models: tuple[str, ...]) -> None:
 def table(paths: list[Path]) -> None:
     """The release table as docs/FINDINGS.md has it (``python -m pytest_fullgraph report findings --releases``)."""
     from pytest_fullgraph.publish import findings, releases
+    from pytest_fullgraph.report import load
 
-    print("\n".join(releases.release_section([(findings.shown(path), findings.read(path)) for path in paths])))
+    print("\n".join(releases.release_section([(findings.shown(path), load(path)) for path in paths])))
 
 
 def main() -> None:

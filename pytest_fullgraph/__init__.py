@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 #: Public name → the module that defines it (loaded by ``__getattr__`` when the name is first used).
 PUBLIC_API = {
-    "OUTCOMES": "pytest_fullgraph.core.results",
+    "OUTCOMES": "pytest_fullgraph.core.outcomes",
     "CheckResult": "pytest_fullgraph.core.results",
-    "Mismatch": "pytest_fullgraph.core.results",
+    "Mismatch": "pytest_fullgraph.core.mismatch",
     "UnsupportedGeneration": "pytest_fullgraph.core.generation",
     "generate_fn": "pytest_fullgraph.core.generation",
     "fullgraph_generate": "pytest_fullgraph.loop.decode",
@@ -31,11 +31,11 @@ PUBLIC_API = {
     "AT_LEAST_ONE_GRAPH": "pytest_fullgraph.levels.base",
     "ONE_GRAPH": "pytest_fullgraph.levels.base",
     "GRAPHS_NOT_COUNTED": "pytest_fullgraph.levels.base",
-    "ModelSpec": "pytest_fullgraph.models",
-    "Registry": "pytest_fullgraph.models",
-    "build_tiny": "pytest_fullgraph.models",
-    "register_model": "pytest_fullgraph.models",
-    "tiny_config": "pytest_fullgraph.models",
+    "ModelSpec": "pytest_fullgraph.models.registry",
+    "Registry": "pytest_fullgraph.models.registry",
+    "build_tiny": "pytest_fullgraph.models.build",
+    "register_model": "pytest_fullgraph.models.registration",
+    "tiny_config": "pytest_fullgraph.models.build",
     "run_check": "pytest_fullgraph.check.run",
 }
 
@@ -81,8 +81,12 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # what type checkers and editors see: the same names, imported eagerly
     from pytest_fullgraph.check.run import run_check
     from pytest_fullgraph.core.generation import UnsupportedGeneration, generate_fn
-    from pytest_fullgraph.core.results import OUTCOMES, CheckResult, Mismatch
+    from pytest_fullgraph.core.mismatch import Mismatch
+    from pytest_fullgraph.core.outcomes import OUTCOMES
+    from pytest_fullgraph.core.results import CheckResult
     from pytest_fullgraph.levels.artifacts import ArtifactError, load_generate, save_generate
     from pytest_fullgraph.levels.base import AT_LEAST_ONE_GRAPH, GRAPHS_NOT_COUNTED, ONE_GRAPH, GraphRule, Level
     from pytest_fullgraph.loop.decode import export_generate, fullgraph_generate
-    from pytest_fullgraph.models import ModelSpec, Registry, build_tiny, register_model, tiny_config
+    from pytest_fullgraph.models.build import build_tiny, tiny_config
+    from pytest_fullgraph.models.registration import register_model
+    from pytest_fullgraph.models.registry import ModelSpec, Registry

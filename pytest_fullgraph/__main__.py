@@ -1,6 +1,6 @@
 """``python -m pytest_fullgraph`` (or ``pytest-fullgraph``): merge, diff, collate reports and write the findings;
-list the registered models, scenarios and levels; the versions CI keys its caches on; standalone reproducers of failing
-checks (``repro``).
+list the registered models, scenarios and levels (``listings``); the versions CI keys its caches on; standalone
+reproducers of failing checks (``repro``).
 
 Exit status: 0 done, 1 a gate failed (a regression), 2 bad input (an unknown option or name, a report that is
 missing, corrupt, foreign or of a newer schema), each bad input said in one line on stderr; 141 when the reader
@@ -10,24 +10,20 @@ of the output went away (``| head``), as for any Unix tool killed by SIGPIPE.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from pytest_fullgraph import report
 from pytest_fullgraph.cli import parser
+from pytest_fullgraph.listings import list_levels, list_models, list_scenarios, versions
 from pytest_fullgraph.report.html import html
 from pytest_fullgraph.report.merge import uneven_levels
-from pytest_fullgraph.report.tables import flag_text
-
-if TYPE_CHECKING:
-    from pytest_fullgraph.levels.base import Level
 
 #: The status of a process that wrote to a pipe whose reader had gone (128 + SIGPIPE), as Unix tools report it.
 CLOSED_PIPE = 141
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line's exit status; what ``pytest-fullgraph`` and ``python -m pytest_fullgraph`` run."""
@@ -48,19 +44,19 @@ def _main(argv: Sequence[str] | None) -> int:
         return 2
     try:
         if args.command == "versions":
-            return _versions()
+            return versions()
         if args.command == "repro":
             from pytest_fullgraph.repro.command import run as repro
 
             return repro(args.inputs, Path(args.output), reduce_s=args.reduce_budget, timeout_s=args.timeout,
                          python=args.python)
         if args.command == "scenarios":
-            return _scenarios(args.selection, as_json=args.json)
+            return list_scenarios(args.selection, as_json=args.json)
         if args.command == "levels":
-            return _levels(args.selection, as_json=args.json)
+            return list_levels(args.selection, as_json=args.json)
         if args.command == "models":
-            return _models(args.selection, args.exclude, as_json=args.json, build=not args.no_build,
-                           shard=args.shard, shard_costs=args.shard_costs, verbose=args.verbose)
+            return list_models(args.selection, args.exclude, as_json=args.json, build=not args.no_build,
+                               shard=args.shard, shard_costs=args.shard_costs, verbose=args.verbose)
         if args.report_command == "collate":
             return _collate(args)
         if args.report_command == "findings":
@@ -120,67 +116,6 @@ def _diff_page(args: argparse.Namespace, current: report.Report, baseline: repor
     return 1 if gate.failed else 0
 
 
-def _scenarios(selection: str, as_json: bool) -> int:
-    from pytest_fullgraph.check.scenarios import BASIC, SCENARIOS, select_scenarios
-
-    try:
-        names = select_scenarios(selection)
-    except ValueError as error:
-        print(f"pytest_fullgraph: error: {error}", file=sys.stderr)
-        return 2
-    rows: list[dict[str, Any]] = [{"name": name, "feature": SCENARIOS[name].feature, "kind": SCENARIOS[name].kind,
-             "basic": name in BASIC, "description": SCENARIOS[name].description, "inert": SCENARIOS[name].inert}
-            for name in names]
-    if as_json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    width = max(len(row["name"]) for row in rows)
-    for row in rows:
-        note = f" [cannot change the tokens: {row['inert']}]" if row["inert"] else ""
-        print(f"{row['name']:<{width}}  {row['kind']:<9}  {row['description']}{note}")
-    return 0
-
-
-def _levels(selection: str, as_json: bool) -> int:
-    """The built-in levels (a conftest's own are known only inside a pytest run), ``--fullgraph-levels``' way."""
-    from pytest_fullgraph.levels.builtin import builtin_levels
-
-    levels = builtin_levels()
-    try:
-        names = levels.select(selection, run_slow=False)
-    except ValueError as error:
-        print(f"pytest_fullgraph: error: {error}", file=sys.stderr)
-        return 2
-    rows = [{"name": name, "collected": _collected_when(levels[name]), "description": levels[name].description}
-            for name in names]
-    if as_json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    width, when = max(len(row["name"]) for row in rows), max(len(row["collected"]) for row in rows)
-    for row in rows:
-        print(f"{row['name']:<{width}}  {row['collected']:<{when}}  {row['description']}")
-    return 0
-
-
-def _collected_when(level: Level) -> str:
-    """When a run collects the level unless ``--fullgraph-levels`` names it."""
-    return "opt-in" if level.opt_in else "slow tier" if level.slow_only else "default"
-
-
-def _versions() -> int:
-    import platform
-
-    import torch
-    import transformers
-
-    found = {"torch": torch.__version__.split("+")[0], "transformers": transformers.__version__,
-             "python": platform.python_version()}
-    print(f"key=torch{found['torch']}-transformers{found['transformers']}-py{found['python']}")
-    for name, version in found.items():
-        print(f"{name}={version}")
-    return 0
-
-
 def _findings(args: argparse.Namespace) -> int:
     from pytest_fullgraph.publish import findings
 
@@ -231,74 +166,6 @@ def _collate(args: argparse.Namespace) -> int:
         return 2
     print(f"collate: gate {'FAILED' if collated.failed else 'passed'}")
     return 1 if collated.failed else 0
-
-
-def _models(selection: str, exclude: str, *, as_json: bool, build: bool, shard: str | None = None,
-            shard_costs: str | None = None, verbose: bool = False) -> int:
-    """The models table, with what transformers says about our tiny configs held back and counted in one line
-    (``--verbose`` lets it through as it comes)."""
-    from pytest_fullgraph.models.quiet import held_transformers_output
-
-    with held_transformers_output(hold=not verbose) as held:
-        status = _models_table(selection, exclude, as_json=as_json, build=build, shard=shard,
-                               shard_costs=shard_costs)
-    if held.lines:
-        print(f"{len(held.lines)} transformers warning(s) about the tiny configs held back; --verbose shows them",
-              file=sys.stderr)
-    return status
-
-
-def _models_table(selection: str, exclude: str, *, as_json: bool, build: bool, shard: str | None,
-                  shard_costs: str | None) -> int:
-    from pytest_fullgraph.models import session_registry
-    from pytest_fullgraph.models.survey import survey
-    from pytest_fullgraph.report.shard import model_costs, parse_shard, select_shard
-
-    registry = session_registry()
-    try:
-        names = registry.select(selection, exclude)
-        if shard is not None:
-            costs = model_costs(_costs_report(shard_costs)) if shard_costs else None
-            names = select_shard(names, parse_shard(shard, "--shard"), costs)
-    except ValueError as error:
-        print(f"pytest_fullgraph: error: {error}", file=sys.stderr)
-        return 2
-    rows = []
-    for name in names:  # printed as they finish: a full survey takes about a minute
-        row = survey(registry, name, build=build)
-        rows.append(row)
-        if not as_json:
-            if len(rows) == 1:
-                print(_table_line(["model", "class", "parameters", "flag", "tags", "status"]))
-            print(_table_line([row["name"], row["class"] or "-", _count(row["parameters"]),
-                               flag_text(row["can_compile_fullgraph"], missing="-"), ",".join(row["tags"]) or "-",
-                               row["status"]]),
-                  flush=True)
-    if as_json:
-        print(json.dumps(rows, indent=1))
-    else:
-        buildable = sum(1 for row in rows if row["status"] == "ok")
-        print(f"{len(rows)} models: {buildable} build and generate, "
-              f"{sum(1 for row in rows if row['status'].startswith('skipped'))} skipped with a reason, "
-              f"{sum(1 for row in rows if row['status'].startswith('error'))} errors" if build else
-              f"{len(rows)} models (not built)")
-    return 0
-
-
-def _costs_report(path: str) -> report.Report:
-    try:
-        return report.load(path)
-    except report.ReportError as error:
-        raise report.ReportError(f"--shard-costs: {error}") from None
-
-
-def _table_line(cells: list[str]) -> str:
-    widths = (24, 40, 11, 5, 28)
-    return " ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=False)) + " " + cells[-1]
-
-
-def _count(value: int | None) -> str:
-    return "-" if value is None else f"{value:,}"
 
 
 if __name__ == "__main__":

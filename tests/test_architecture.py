@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest_fullgraph
 
 PACKAGE = Path(pytest_fullgraph.__file__).parent
 #: Lines a module may have, every module alike.
-MAX_LINES = 350
+MAX_LINES = 300
 #: Package → the packages of ours its modules may import (``plugin`` and the package root import anything): data flows
 #: from the shared vocabulary up to the plugin, and reading a report needs neither torch nor a level.
 MAY_IMPORT = {
@@ -103,7 +106,7 @@ def _imports_of_ours(path: Path) -> list[tuple[int, str]]:
 
 def wrong_way_imports(package_root: Path, may_import: dict[str, set[str]]) -> list[str]:
     """"FILE:LINE: PACKAGE -> MODULE" for each import a package's rule forbids."""
-    wrong = []
+    wrong: list[str] = []
     for path in sorted(package_root.rglob("*.py")):
         parts = path.relative_to(package_root).parts
         if len(parts) < 2 or parts[0] not in may_import:
@@ -128,3 +131,46 @@ def test_every_package_says_what_it_holds_and_may_import() -> None:
     for init in PACKAGE.glob("*/__init__.py"):
         docstring = ast.get_docstring(ast.parse(init.read_text())) or ""
         assert "May import" in docstring, f"{init.relative_to(PACKAGE)} does not say what it may import"
+
+
+#: Prints, as JSON, the modules of ours and of torch that a Python process loaded after running the code before it.
+_LOADED = ("\nimport json, sys\n"
+           "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('pytest_fullgraph', 'torch'))))")
+#: The modules that render a report (Markdown, HTML, terminal) and the tables they read.
+RENDERERS = {f"pytest_fullgraph.report.{name}" for name in ("html", "html_parts", "html_sites", "render", "sections",
+                                                           "tables", "terminal")}
+
+
+def loaded_after(code: str) -> list[str]:
+    """The modules of ours and of torch that a fresh process has loaded after running ``code``."""
+    completed = subprocess.run([sys.executable, "-c", code + _LOADED], capture_output=True, text=True, check=False)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    return list(json.loads(completed.stdout.splitlines()[-1]))
+
+
+def test_importing_report_loads_a_few_modules_and_no_torch() -> None:
+    """``report``'s names load on first use: a tool that reads reports (collate, CI's gate) pays for what it uses."""
+    loaded = loaded_after("import pytest_fullgraph.report")
+    assert not [name for name in loaded if name.split(".")[0] == "torch"]
+    assert "pytest_fullgraph.report" in loaded and len(loaded) < 15, loaded
+    assert not RENDERERS & set(loaded)
+
+
+def test_reading_a_report_loads_no_renderer(tmp_path: Path) -> None:
+    """Loading a report (to merge it, gate it, draw from it) renders nothing, so it loads no renderer either."""
+    from pytest_fullgraph.core.results import BreakRecord, CheckResult
+    from pytest_fullgraph.report.files import save
+    from pytest_fullgraph.report.schema import Report
+
+    record = BreakRecord("torch._dynamo.exc.Unsupported", "Data-dependent branching", "GB0170", "msg",
+                         "transformers/x.py", 7, "forward", "if x:", "model")
+    checks = [CheckResult("llama", "greedy", "decode", "aot_eager", 4, "break", "1 break", first_break=record,
+                          breaks=[record]), CheckResult("llama", "greedy", "forward", "aot_eager", 4, "pass", "")]
+    path = tmp_path / "fullgraph-report.json.gz"
+    save(Report({"torch": "2.13.0", "levels": {"decode": "", "forward": ""}}, checks), path)
+    code = (f"from pytest_fullgraph.report import files\nreport = files.load({str(path)!r})\n"
+            "assert [r.level for r in report.sorted_checks()] == ['decode', 'forward'], report.checks")
+    loaded = loaded_after(code)
+    assert "pytest_fullgraph.report.files" in loaded and "pytest_fullgraph.report.schema" in loaded
+    assert not RENDERERS & set(loaded), sorted(RENDERERS & set(loaded))
+    assert not [name for name in loaded if name.split(".")[0] == "torch"]

@@ -200,7 +200,8 @@ def test_the_draft_runs_the_processors_its_generate_builds(monkeypatch: pytest.M
         patch.setattr(GenerationMixin, "_get_logits_processor", recorded)
         generate_fn(TARGET)(input_ids=PROMPT, generation_config=config, assistant_model=draft)
     _, plan = prepare(TARGET, PROMPT, None, config, assistant=draft)
-    assert plan.assist is not None and built
+    settings = plan.settings(assisted.AssistSettings)
+    assert plan.mode is assisted.MODE and built
 
     def described(processors: Any) -> list[tuple[str, dict[str, Any]]]:
         # the settings (a processor's first call adds state of its own); the draft's generate also builds a
@@ -209,8 +210,8 @@ def test_the_draft_runs_the_processors_its_generate_builds(monkeypatch: pytest.M
         return [(type(p).__name__, {k: getattr(p, k) for k in settings if hasattr(p, k)})
                 for p in processors if type(p).__name__ != "MinLengthLogitsProcessor"]
 
-    assert described(plan.assist.processors) == described(built[0])
-    names = [type(p).__name__ for p in plan.assist.processors]
+    assert described(settings.processors) == described(built[0])
+    names = [type(p).__name__ for p in settings.processors]
     assert names.count("RepetitionPenaltyLogitsProcessor") == 1 and "TemperatureLogitsWarper" in names
 
 

@@ -16,6 +16,7 @@ from pytest_fullgraph.models import (
     tiny,
     tiny_spec,
 )
+from pytest_fullgraph.models.shrink import GENERIC_SHRINK
 from pytest_fullgraph.models.survey import survey
 
 #: The issue's bar for breadth: at least this many types build and generate; each one under this many parameters.
@@ -45,7 +46,7 @@ def test_a_type_without_a_record_gets_the_generic_shrink() -> None:
     spec = tiny_spec(unrecorded)
     assert (spec.name, spec.model_type, spec.known_reason) == (unrecorded, unrecorded, "")
     model = spec.build()
-    assert model.config.num_hidden_layers == tiny.GENERIC_SHRINK["num_hidden_layers"]
+    assert model.config.num_hidden_layers == GENERIC_SHRINK["num_hidden_layers"]
 
 
 def test_records_only_name_real_types_once() -> None:

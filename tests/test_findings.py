@@ -15,7 +15,7 @@ import pytest
 
 from pytest_fullgraph.__main__ import main
 from pytest_fullgraph.core.results import BreakRecord, CheckResult
-from pytest_fullgraph.publish import findings, releases
+from pytest_fullgraph.publish import findings, releases, run_tables
 from pytest_fullgraph.report import Report, ReportError, load, write
 
 REPOSITORY = Path(__file__).resolve().parents[1]
@@ -118,7 +118,7 @@ def test_failures_and_skips_list_each_model_with_its_first_message_line() -> Non
     assert "- `error`, 1 check(s) of 1 model(s):\n  - opt (forward): nothing was compiled\n" in text
     assert "- No `mismatch`." in text
     skip = next(line for line in text.splitlines() if line.startswith("  - zamba (decode): "))
-    assert skip.endswith(" ...") and len(skip) == len("  - zamba (decode): ") + findings.MESSAGE_CHARS + 4
+    assert skip.endswith(" ...") and len(skip) == len("  - zamba (decode): ") + run_tables.MESSAGE_CHARS + 4
 
 
 def test_the_flag_audit_groups_the_disagreements() -> None:

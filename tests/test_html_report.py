@@ -20,7 +20,8 @@ from pytest_fullgraph import report
 from pytest_fullgraph.__main__ import main
 from pytest_fullgraph.core.results import BreakRecord, CheckResult, Mismatch, PrecisionVerdict
 from pytest_fullgraph.publish.collate import collate
-from pytest_fullgraph.report.html import HTML_NAME, html, source_roots, source_url
+from pytest_fullgraph.report.html import HTML_NAME, html
+from pytest_fullgraph.report.html_sites import source_roots, source_url
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 ENVIRONMENT = {"torch": "2.13.0+cpu", "transformers": "5.24.0", "backend": "aot_eager", "max_new_tokens": 4,
@@ -284,10 +285,10 @@ def origins(check: dict[str, Any]) -> set[str]:
     return {record["origin"] for record in check["breaks"] or ([check["first_break"]] if check["first_break"] else [])}
 
 
-def test_the_matrix_loads_quickly_with_every_check_and_no_console_error(matrix: dict[str, Any]) -> None:
+def test_the_matrix_loads_with_every_check_and_no_console_error(matrix: dict[str, Any]) -> None:
+    """How long it takes is a benchmark's figure (docs/reports.md), not a test's: a loaded machine would fail it."""
     assert len(matrix["checks"]) > 3000
     assert matrix["errors"] == []
-    assert matrix["seconds"] < 10, f"{len(matrix['checks'])} checks took {matrix['seconds']:.1f} s to load"
     expect(matrix["browser"], matrix["checks"])
 
 

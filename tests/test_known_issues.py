@@ -11,7 +11,7 @@ import pytest
 
 from pytest_fullgraph import report
 from pytest_fullgraph.core.results import BreakRecord, CheckResult
-from pytest_fullgraph.publish.findings import outcome_lines
+from pytest_fullgraph.publish.run_tables import outcome_lines
 from pytest_fullgraph.publish.upstream import write_drafts
 from pytest_fullgraph.report import known_issues
 from pytest_fullgraph.report.html import html

@@ -217,7 +217,7 @@ def test_nothing_compiled_says_why_generate_compiled_nothing() -> None:
     from transformers import GenerationConfig, LlamaForCausalLM
 
     from pytest_fullgraph import build_tiny
-    from pytest_fullgraph.levels.base import why_generate_compiled_nothing
+    from pytest_fullgraph.levels.auto_compile import why_generate_compiled_nothing
 
     model, config = build_tiny("llama"), GenerationConfig(max_new_tokens=2)
     assert why_generate_compiled_nothing(model, config) == "model type 'llama' or its cache is not compiled by generate"
@@ -267,7 +267,7 @@ def test_watching_generate_leaves_the_model_as_it_was_when_the_rerun_fails() -> 
     """The watch shadows ``_valid_auto_compile_criteria`` on the instance and hooks the forward; a rerun that
     raises still tells what it saw, and the model keeps neither."""
     from pytest_fullgraph import build_tiny
-    from pytest_fullgraph.levels.base import watch_auto_compile
+    from pytest_fullgraph.levels.auto_compile import watch_auto_compile
 
     model = build_tiny("llama")
 

@@ -4,24 +4,22 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import types
+import typing
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 
 from pytest_fullgraph.models import Registry
-from pytest_fullgraph.plugin.options import (
-    OPTION,
-    OPTIONS,
-    Chosen,
-    Option,
+from pytest_fullgraph.plugin.options import OPTION, OPTIONS, Chosen, Option, add_options, read_options
+from pytest_fullgraph.plugin.parsers import Choice, parse_device, parse_positive_int, parse_seconds
+from pytest_fullgraph.plugin.settings import (
+    DERIVED_FIELDS,
     Settings,
-    add_options,
-    read_options,
     read_shard_costs,
     resolve_settings,
 )
-from pytest_fullgraph.plugin.parsers import Choice, parse_device, parse_positive_int, parse_seconds
 from pytest_fullgraph.report.shard import Shard
 
 HEADER_TEST = "def test_nothing(fullgraph_settings):\n    pass\n"
@@ -297,16 +295,57 @@ def _shown(value: object) -> str:
 def test_defaults_and_choices_are_in_the_help(option: Option) -> None:
     for default in (option.default, option.slow_default):
         if default not in (None, False, {}):
-            assert f"{_shown(default)}" in option.help
+            assert f"{_shown(default)}" in option.help_text
     if isinstance(option.parse, Choice):
-        assert all(choice in option.help for choice in option.parse.choices)
+        assert all(choice in option.help_text for choice in option.parse.choices)
+
+
+@pytest.mark.parametrize("option", OPTIONS, ids=lambda option: option.dest)
+def test_the_help_names_the_ini_key_and_variable_once_from_the_row(option: Option) -> None:
+    """"(ini: KEY)" is added from the row, so no row's own text may spell a key (or the variable) again."""
+    assert "ini:" not in option.help + option.note + option.ini_note
+    assert option.help_text.count(f"ini: {option.dest}") == 1 and option.help_text.endswith(")")
+    if option.env:
+        assert f"else env {option.env}, else ini: {option.dest}" in option.help_text
 
 
 def test_every_settings_field_comes_from_one_option_or_the_selection() -> None:
     fields = [option.field for option in OPTIONS if option.field]
     assert len(fields) == len(set(fields))
-    assert {field.name for field in dataclasses.fields(Settings)} == set(fields) | {"models", "models_selected",
-                                                                                     "shard", "levels"}
+    assert {field.name for field in dataclasses.fields(Settings)} == set(fields) | set(DERIVED_FIELDS)
+    assert not set(fields) & set(DERIVED_FIELDS)
+
+
+def _fits(value: object, hint: Any) -> bool:
+    """Whether ``value`` has the type ``hint`` names, for the few shapes a settings field takes."""
+    if typing.get_origin(hint) in (types.UnionType, typing.Union):
+        return any(_fits(value, part) for part in typing.get_args(hint))
+    if typing.get_origin(hint) is tuple:
+        item = typing.get_args(hint)[0]
+        return isinstance(value, tuple) and all(_fits(part, item) for part in value)
+    if hint is type(None):
+        return value is None
+    return isinstance(value, hint) and not (hint in (int, float) and isinstance(value, bool))
+
+
+@pytest.mark.parametrize("option", [option for option in OPTIONS if option.field], ids=lambda option: option.dest)
+def test_a_settings_default_is_its_rows_and_of_the_fields_type(option: Option) -> None:
+    """The row is the one place a default is written; mypy sees ``OPTION_DEFAULT``'s Any: the type is checked here."""
+    field = {field.name: field for field in dataclasses.fields(Settings)}[option.field]
+    hint = typing.get_type_hints(Settings)[option.field]
+    assert field.default == option.default
+    for default in (option.default, option.slow_default if option.slow_default is not None else option.default):
+        assert _fits(default, hint), f"{option.dest}: default {default!r} is not a {hint}"
+
+
+def test_settings_with_only_models_are_the_options_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RUN_SLOW", raising=False)
+    chosen = read()
+    registry = Registry()
+    for name in ("gemma", "llama"):
+        registry.register(name, lambda: None)  # type: ignore[arg-type,return-value]
+    resolved = resolve_settings(chosen, registry)
+    assert dataclasses.replace(resolved, levels=()) == Settings(models=("gemma", "llama"))
 
 
 @pytest.mark.parametrize("option", OPTIONS, ids=lambda option: option.dest)

@@ -14,9 +14,9 @@ from pytest_fullgraph.check.scenarios import longest_prompt
 from pytest_fullgraph.levels.builtin import builtin_levels
 from pytest_fullgraph.models import ModelSpec, Registry
 from pytest_fullgraph.models.positions import Positions, declared_positions, selection_too_long, too_long
-from pytest_fullgraph.plugin.options import OPTIONS, Chosen, resolve_settings
+from pytest_fullgraph.plugin.options import OPTIONS, Chosen
 from pytest_fullgraph.plugin.session import FullgraphSession
-from pytest_fullgraph.plugin.settings import Settings
+from pytest_fullgraph.plugin.settings import Settings, resolve_settings
 
 
 class Composite:

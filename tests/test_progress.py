@@ -17,7 +17,7 @@ import pytest
 
 from pytest_fullgraph import report
 from pytest_fullgraph.core.results import CheckResult, check_seconds
-from pytest_fullgraph.plugin.parsers import ProgressChoice
+from pytest_fullgraph.plugin.parsers import PROGRESS_MODES, ProgressChoice
 from pytest_fullgraph.plugin.progress import (
     CRASHED_PHASE,
     Progress,
@@ -28,7 +28,6 @@ from pytest_fullgraph.plugin.progress import (
     wanted,
     write_full_line,
 )
-from pytest_fullgraph.plugin.settings import PROGRESS_MODES
 from pytest_fullgraph.report.shard import model_costs
 from tests.conftest import read_report
 

@@ -2,51 +2,36 @@
 
 Its phases, each of which may end the check with a verdict: eager reference → its determinism → the level's own
 loop run eagerly (if it has one) → compiled run → graph rule → exact comparison → diagnosis. Everything that
-differs between levels is asked of the ``Level`` object; this module never branches on which level it is.
+differs between levels is asked of the ``Level`` object; this module never branches on which level it is. The
+compiled phase and what follows it are ``compiled``; what the phases share, ``state``.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from pytest_fullgraph.check.compare import (
-    eager_failure_blame,
-    eager_logit_gap,
-    first_difference,
-    precision_verdict,
-    static_cache_verdict,
-    top1_steps,
-)
+from pytest_fullgraph.check.compare import eager_failure_blame, first_difference, static_cache_verdict
+from pytest_fullgraph.check.compiled import compile_and_compare
 from pytest_fullgraph.check.inputs import generate_kwargs as scenario_generate_kwargs
 from pytest_fullgraph.check.inputs import generation_config, make_inputs, model_generation_defaults, scenario_values
 from pytest_fullgraph.check.scenarios import SCENARIOS, Scenario
-from pytest_fullgraph.core import breaks, compile_events
-from pytest_fullgraph.core.compute import forget_compiled, peak_cuda_memory, reproducible_compute
+from pytest_fullgraph.check.state import CheckRun, explained_difference
+from pytest_fullgraph.core import breaks
+from pytest_fullgraph.core.compute import forget_compiled, reproducible_compute
 from pytest_fullgraph.core.generation import UnsupportedGeneration, generate, seeded
+from pytest_fullgraph.core.messages import first_line, summary
 from pytest_fullgraph.core.model_facts import model_device, model_dtype
-from pytest_fullgraph.core.results import (
-    BREAK,
-    ERROR,
-    MISMATCH,
-    NONDETERMINISTIC,
-    PASS,
-    SKIP,
-    CheckResult,
-    Mismatch,
-    Stage,
-    first_line,
-    summary,
-)
+from pytest_fullgraph.core.outcomes import BREAK, ERROR, MISMATCH, NONDETERMINISTIC, PASS, SKIP, Stage
+from pytest_fullgraph.core.results import CheckResult
 from pytest_fullgraph.core.timer import CheckTimeout, time_limit
 from pytest_fullgraph.levels.builtin import builtin_levels
 
 if TYPE_CHECKING:
     import torch
-    from transformers import GenerationConfig, PreTrainedModel
+    from transformers import PreTrainedModel
 
     from pytest_fullgraph.levels.base import Level
 
@@ -56,36 +41,6 @@ _NO_KERNEL = re.compile(r"not implemented for '(BFloat16|Half|Float8\w*)'")
 #: their own, use_cache=False): no reference, so no verdict (a skip)
 _GENERATE_REFUSES = re.compile(r"assisted generation is not supported with stateful models|"
                                r"cannot use beam search with a cache currently|Assisted decoding requires a cache")
-
-
-@dataclass
-class _Run:
-    """A check in progress: what its phases share, and the phase it is in."""
-
-    result: CheckResult
-    model: PreTrainedModel
-    scenario: Scenario
-    level: Level
-    inputs: dict[str, Any]
-    diagnose: bool
-    stage: Stage = Stage.EAGER
-    #: the scenario's generation config, and the level's reference config built from it
-    base: GenerationConfig | None = None
-    config: GenerationConfig | None = None
-
-    @property
-    def seed(self) -> int:
-        return self.scenario.seed
-
-    @property
-    def reference(self) -> GenerationConfig:
-        """The level's reference config: set by the first phase, before any phase that runs the model again."""
-        assert self.config is not None
-        return self.config
-
-    @property
-    def prompt_width(self) -> int:
-        return int(self.inputs["input_ids"].shape[1])
 
 
 def run_check(
@@ -117,7 +72,7 @@ def run_check(
     if unavailable is not None:
         result.outcome, result.message = SKIP, f"skipped: {unavailable}"
         return result
-    run = _Run(result, model, scenario, level, make_inputs(model, scenario), diagnose)
+    run = CheckRun(result, model, scenario, level, make_inputs(model, scenario), diagnose)
     try:
         with time_limit(timeout), torch.no_grad(), reproducible_compute(backend, result.dtype):
             try:
@@ -141,7 +96,7 @@ def failed_build(model_name: str, scenario: str, level: str, backend: str, max_n
                        dtype=dtype, stage=Stage.BUILD.label())
 
 
-def _run_phases(run: _Run, max_new_tokens: int) -> None:
+def _run_phases(run: CheckRun, max_new_tokens: int) -> None:
     """The phases in order; each returns False once it has given the check its verdict."""
     eos, settings = scenario_values(run.model, run.inputs, run.scenario, max_new_tokens)
     run.result.eos_token_id = eos
@@ -158,10 +113,10 @@ def _run_phases(run: _Run, max_new_tokens: int) -> None:
         if not _own_loop_agrees(run, eager):
             return
         run.stage = Stage.COMPILED
-        _compile_and_compare(run, eager)
+        compile_and_compare(run, eager)
 
 
-def _judge_exception(run: _Run, error: Exception) -> None:
+def _judge_exception(run: CheckRun, error: Exception) -> None:
     """An exception out of a phase: a skip when the dtype has no kernel here, or transformers or our loop refuses
     the setting by name; otherwise an error of the phase, blamed (for an eager failure) on whichever path fails
     alone."""
@@ -187,7 +142,7 @@ def _judge_exception(run: _Run, error: Exception) -> None:
         result.first_break = located
 
 
-def _judge_timeout(run: _Run, timeout: float) -> None:
+def _judge_timeout(run: CheckRun, timeout: float) -> None:
     forget_compiled(run.model)  # a compile stopped half way must not leave its caches to the next check
     result = run.result
     if result.outcome == BREAK:  # the verdict stands; only the diagnostic pass that lists every break stopped
@@ -212,7 +167,7 @@ def _resolve(scenario: Scenario | str, level: Level | str) -> tuple[Scenario, Le
             builtin_levels()[level] if isinstance(level, str) else level)
 
 
-def _deterministic(run: _Run, eager: torch.Tensor) -> bool:
+def _deterministic(run: CheckRun, eager: torch.Tensor) -> bool:
     """Eager generation must equal itself on a second run, or exactness cannot be judged."""
     import torch
 
@@ -225,7 +180,7 @@ def _deterministic(run: _Run, eager: torch.Tensor) -> bool:
     return False
 
 
-def _own_loop_agrees(run: _Run, eager: torch.Tensor) -> bool:
+def _own_loop_agrees(run: CheckRun, eager: torch.Tensor) -> bool:
     """A level with a loop of its own: that loop run eagerly must equal ``generate`` before compiling it.
 
     A difference here is the loop's or the model's static-cache path's, never the compiler's; the message
@@ -239,112 +194,8 @@ def _own_loop_agrees(run: _Run, eager: torch.Tensor) -> bool:
         return True
     result = run.result
     result.outcome = MISMATCH
-    result.mismatch = _explained_difference(run, eager, ours)
+    result.mismatch = explained_difference(run, eager, ours)
     where = result.mismatch.describe(level.own_loop)
     result.message = (f"{level.own_loop} run eagerly differs from model.generate at {where}"
                       f"{static_cache_verdict(run.model, run.inputs, config, run.seed, eager, level.own_loop_blame)}")
     return False
-
-
-def _explained_difference(run: _Run, eager: torch.Tensor, other: torch.Tensor) -> Mismatch:
-    """Where two runs first differ, eager's logit gap there and, for a greedy step, whether the difference
-    is a rounding flip or a divergence (sampled steps depend on the random draw, which float64 cannot replay)."""
-    mismatch = first_difference(eager, other, run.prompt_width)
-    mismatch.eager_logit_gap = eager_logit_gap(run.model, run.inputs, run.reference, run.seed, mismatch)
-    if top1_steps(run.reference):
-        mismatch.precision = precision_verdict(run.model, run.inputs, eager, mismatch)
-    elif run.result.dtype != "float32":
-        mismatch.precision_note = ("rounding is judged at greedy steps only: a sampled token depends on the whole "
-                                   "distribution, a beam's on its summed score against every other beam's, not on "
-                                   "which of two logits is ahead")
-    return mismatch
-
-
-def _compile_and_compare(run: _Run, eager: torch.Tensor) -> None:
-    import torch
-
-    result, level, config = run.result, run.level, run.reference
-    forget_compiled(run.model)
-    def compiled_run(backend: Any) -> torch.Tensor:
-        return seeded(run.seed, lambda: level.run_compiled(run.model, run.inputs, config, backend))
-
-    with compile_events.capture_compile_events() as trace:
-        started = time.perf_counter()
-        try:
-            with peak_cuda_memory(result):
-                compiled = compiled_run(compile_events.counting_backend(result.backend, trace))
-        except breaks.compile_failure_types() as error:
-            result.timings["compile_s"] = time.perf_counter() - started
-            _judge_compile_failure(run, error)
-            return
-        result.timings["compile_s"] = time.perf_counter() - started
-    _record_graphs(result, trace, level)
-    result.cudagraph_skips = list(trace.cudagraph_skips)
-    mode = run.reference.get_generation_mode(run.inputs.get("assistant_model")).value  # a draft: assisted
-    violation = level.graph_rule.judge(trace, level.name, run.model, str(mode), run.reference,
-                                       lambda: compiled_run(result.backend))
-    if violation is not None:
-        result.outcome, result.message = violation.outcome, violation.message
-        return
-    if torch.equal(eager, compiled):
-        counted = f"{trace.graph_count} graph(s), " if level.graph_rule.counts_graphs else ""
-        result.outcome, result.message = PASS, f"{counted}tokens equal to eager"
-        if result.cudagraph_skips:
-            result.message += f"; CUDA graphs skipped: {'; '.join(result.cudagraph_skips)}"
-        return
-    result.outcome, result.mismatch = MISMATCH, _explained_difference(run, eager, compiled)
-    cause = seeded(run.seed, lambda: level.mismatch_cause(run.model, run.inputs, config, eager))
-    result.message = f"compiled tokens differ from eager at {result.mismatch.describe()}{cause}"
-
-
-def _judge_compile_failure(run: _Run, error: BaseException) -> None:
-    """A graph break is ``break``, any other compile failure ``error``; located, and diagnosed when asked."""
-    result = run.result
-    record = breaks.record_from_exception(error)
-    result.first_break = record
-    result.outcome = BREAK if breaks.is_graph_break(error) else ERROR
-    result.message = record.summary()
-    if run.diagnose:
-        _diagnose(run)
-        _blame_break_for_crash(result)
-
-
-def _diagnose(run: _Run) -> None:
-    """The level's diagnostic pass, recording every break; only failing checks pay for it."""
-    result, level, config = run.result, run.level, run.reference
-    forget_compiled(run.model)
-    started = time.perf_counter()
-    with compile_events.capture_compile_events() as trace:
-        # Breaks are found by dynamo before any backend runs: the cheapest backend finds the same ones.
-        backend = compile_events.counting_backend("eager", trace)
-        try:
-            seeded(run.seed, lambda: level.diagnose(run.model, run.inputs, config, backend))
-        except Exception as error:  # the diagnosis is best effort; the fullgraph outcome stands
-            result.message += f" (diagnostic pass failed: {type(error).__name__}: {first_line(error)})"
-    result.timings["diagnose_s"] = time.perf_counter() - started
-    result.breaks = trace.breaks
-    _record_graphs(result, trace, level)
-    forget_compiled(run.model)
-
-
-def _blame_break_for_crash(result: CheckResult) -> None:
-    """A fullgraph compile that crashed inside PyTorch where the model also breaks: the break is the verdict only
-    when the crash is at the break (``breaks.crashed_at_break``), else the crash stays PyTorch's error, naming the
-    break. Measured: mpt's ``Tensor.item()`` breaks in ``modeling_mpt.py`` without fullgraph; with it dynamo
-    crashes (``PendingUnbackedSymbolNotFound``) while tracing the loop's call of the model, not at the item call.
-    """
-    cause = next((record for record in result.breaks if record.root_cause), None)
-    if result.outcome != ERROR or result.first_break is None or cause is None:
-        return
-    crash = result.first_break
-    if not breaks.crashed_at_break(crash, cause):
-        result.message += f" (also breaks at {cause.where()}: {cause.gb_type} ({cause.origin}))"
-        return
-    result.outcome, result.first_break = BREAK, cause
-    result.message = f"{cause.summary()} (with fullgraph=True the compiler crashed instead: {crash.summary()})"
-
-
-def _record_graphs(result: CheckResult, trace: compile_events.CompileTrace, level: Level) -> None:
-    counted = level.graph_rule.counts_graphs
-    result.graph_count, result.graph_ops = (trace.graph_count, trace.graph_ops) if counted else (None, [])
-    result.recompile_reasons, result.recompiles = trace.recompile_reasons, len(trace.recompile_reasons)

@@ -10,7 +10,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_fullgraph.core.names import SCENARIO_FEATURES
 from pytest_fullgraph.core.suggest import LIST_SCENARIOS, select_names
+from pytest_fullgraph.loop.modes import table as mode_table
 from pytest_fullgraph.models.tiny import FIRST_PROMPT_ID
 
 
@@ -109,8 +111,9 @@ TOKENIZER = "tokenizer"
 #: ``generate_kwargs`` value: a draft model for the model (``models.draft.build_draft``), for ``assistant_model``.
 DRAFT = "draft"
 STOPPING_FEATURES = ("eos", "eos_list", "max_length", "stop_strings", "max_time")
-#: Features that are a decoding mode of their own (``GenerationConfig.get_generation_mode``), not greedy/sampling.
-MODE_FEATURES = ("beam_search", "beam_sample", "beam_eos", "prompt_lookup", "assisted", "assisted_sample")
+#: Features that are a decoding mode of their own (``GenerationConfig.get_generation_mode``), not greedy/sampling:
+#: the mode table's (read without torch).
+MODE_FEATURES = mode_table.FEATURES
 _G = GreedyToken
 
 SCENARIOS: dict[str, Scenario] = {
@@ -218,6 +221,9 @@ SCENARIOS: dict[str, Scenario] = {
                  generate_kwargs={"assistant_model": DRAFT}),
     )
 }
+# reports order and label scenarios by ``core.names`` (they may not import this table): it must say the same
+assert [(name, scenario.feature) for name, scenario in SCENARIOS.items()] == list(SCENARIO_FEATURES.items()), (
+    "core.names.SCENARIO_FEATURES differs from SCENARIOS")
 #: The selection keyword for today's four scenarios, the default.
 BASIC = tuple(name for name, scenario in SCENARIOS.items() if scenario.basic)
 

@@ -1,14 +1,39 @@
-"""What a check produces: the outcome vocabulary, ``CheckResult``, ``Mismatch`` and ``BreakRecord``.
+"""What a check produces: ``CheckResult`` with its ``BreakRecord``s, and the report schema's version.
 
 Plain dataclasses of JSON builtins, so xdist can ship them and report files can hold them. No torch import:
-``python -m pytest_fullgraph report ...`` reads and renders reports without loading torch.
+``python -m pytest_fullgraph report ...`` reads and renders reports without loading torch. The vocabulary a result
+is spelled in lives beside it (``outcomes``, ``mismatch``, ``messages``) and is offered here too, so that a reader
+of results imports one module.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from enum import Enum
 from typing import Any
+
+from pytest_fullgraph.core.messages import add_note, first_line, summary
+from pytest_fullgraph.core.mismatch import DIVERGENCE, ROUNDING, Mismatch, PrecisionVerdict
+from pytest_fullgraph.core.outcomes import (
+    BREAK,
+    ERROR,
+    FAILING_OUTCOMES,
+    MISMATCH,
+    MODE_NEVER_COMPILES,
+    NONDETERMINISTIC,
+    OUTCOMES,
+    PASS,
+    SKIP,
+    OutcomeKind,
+    Stage,
+    outcome_rank,
+)
+
+__all__ = [
+    "BREAK", "DEFAULT_DTYPE", "DIVERGENCE", "ERROR", "FAILING_OUTCOMES", "MISMATCH", "MODE_NEVER_COMPILES",
+    "NONDETERMINISTIC", "OUTCOMES", "PASS", "READABLE_SCHEMA_VERSIONS", "ROUNDING", "SCHEMA", "SCHEMA_VERSION", "SKIP",
+    "BreakRecord", "CheckKey", "CheckResult", "Frame", "Mismatch", "OutcomeKind", "PrecisionVerdict", "Stage",
+    "add_note", "check_seconds", "first_line", "outcome_rank", "summary",
+]
 
 SCHEMA = "pytest_fullgraph/report"
 #: Version 2 added ``run`` (exit status, interrupted), per-check ``device`` and merged-environment fields;
@@ -26,94 +51,8 @@ SCHEMA = "pytest_fullgraph/report"
 SCHEMA_VERSION = 8
 #: Versions this package reads; older reports load with the newer fields at their defaults (float32).
 READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
-
-
-@dataclass(frozen=True)
-class OutcomeKind:
-    """One outcome of a check: its severity (for the baseline gate) and how reports show it."""
-
-    name: str
-    rank: int
-    cell: str
-    short: str
-    meaning: str
-
-
-#: The outcome vocabulary, defined once, least severe first; every rendering and the gate read it from here.
-OUTCOMES: dict[str, OutcomeKind] = {kind.name: kind for kind in (
-    OutcomeKind("pass", 0, "✅ pass", "pass", "compiled tokens equal eager tokens (torch.equal)"),
-    OutcomeKind("skip", 1, "⏭️ skip", "skip",
-                "the combination cannot run here (e.g. no kernel for the dtype on this device); nothing was judged"),
-    OutcomeKind("nondeterministic", 2, "⚠️ nondet", "NONDET",
-                "eager generation differs from itself, so exactness cannot be judged"),
-    OutcomeKind("break", 3, "⛔ break", "break", "fullgraph=True hit a graph break, or the one-graph rule failed"),
-    OutcomeKind("mismatch", 4, "❌ mismatch", "MISMATCH", "compiled tokens differ from eager tokens"),
-    OutcomeKind("error", 5, "💥 error", "ERROR",
-                "the model failed to build, eager generation crashed, the compiler crashed or a worker died"),
-)}
-PASS, SKIP, NONDETERMINISTIC, BREAK, MISMATCH, ERROR = OUTCOMES
 #: The dtype a check runs in unless ``--fullgraph-dtype`` says otherwise, and the one older reports imply.
 DEFAULT_DTYPE = "float32"
-#: Classes of a mismatch, from its float64 reference (see ``PrecisionVerdict``).
-ROUNDING, DIVERGENCE = "rounding", "divergence"
-#: Outcomes that fail a test whatever the strictness (a break is xfail unless strict).
-FAILING_OUTCOMES = (MISMATCH, ERROR, NONDETERMINISTIC)
-#: What the ``forward`` level's error says when transformers' loop for the generation mode (beam search) never
-#: calls the compiled forward: a fact of transformers' generation code, not of the model or its flag.
-MODE_NEVER_COMPILES = "calls the model's forward uncompiled"
-
-
-class Stage(Enum):
-    """The phases of a check, in the order it goes through them; ``CheckResult.stage`` names the last one reached,
-    so an error says where it happened and the flag audit can tell a model's eager failure from a compile's."""
-
-    BUILD = "build"
-    EAGER = "eager generation"
-    #: the level's own loop run eagerly; its label names the loop
-    OWN_LOOP = "eager generation by"
-    COMPILED = "compiled generation"
-
-    def label(self, own_loop: str | None = None) -> str:
-        """How reports spell the stage: ``eager generation by fullgraph_generate(loop='while')``."""
-        return f"{self.value} {own_loop or 'the level'}" if self is Stage.OWN_LOOP else self.value
-
-    @classmethod
-    def of(cls, label: str) -> Stage | None:
-        """The stage a report's label names; None for "" (a check that never started) or an unknown label."""
-        for stage in (cls.BUILD, cls.EAGER, cls.COMPILED):
-            if label == stage.value:
-                return stage
-        return cls.OWN_LOOP if label.startswith(cls.OWN_LOOP.value + " ") else None
-
-
-def outcome_rank(outcome: str) -> int:
-    """Severity for the gate; an outcome this version does not know ranks worst."""
-    kind = OUTCOMES.get(outcome)
-    return kind.rank if kind else len(OUTCOMES)
-
-
-def first_line(text: object) -> str:
-    """The first non-blank line of a message or exception, stripped; "" when there is none."""
-    return next((line.strip() for line in str(text).splitlines() if line.strip()), "")
-
-
-def add_note(error: BaseException, note: str) -> None:
-    """Our diagnosis on someone else's exception, its traceback (and so its site) kept; ``add_note`` of Python
-    3.11, written so 3.10 has it too."""
-    vars(error)["__notes__"] = [*getattr(error, "__notes__", []), note]
-
-
-def summary(error: BaseException) -> str:
-    """An exception's first line and the notes our code added to it: what a report's message shows."""
-    notes = [first_line(note) for note in getattr(error, "__notes__", ())]
-    head = first_line(error)
-    if notes:  # the note says what the first line's dump meant ("... tree spec:", "Real spec TreeSpec(...)")
-        head = head.rstrip(":") if len(head) <= _LONGEST_HEAD else f"{head[:_LONGEST_HEAD].rstrip()} ..."
-    return "; ".join(part for part in (head, *notes) if part)
-
-
-#: how much of an exception's first line a message keeps when our note explains it
-_LONGEST_HEAD = 160
 
 
 @dataclass(frozen=True)
@@ -174,80 +113,6 @@ class BreakRecord:
             fields["cause"] = cls.from_dict(fields["cause"])
         return cls(**fields)
 
-
-@dataclass
-class PrecisionVerdict:
-    """Is a token difference a rounding flip or a divergence? Judged at the first differing step from the
-    next-token logits recomputed in float64 from the same weights and the same prefix.
-
-    ``rounding``: the two tokens are tied within the rounding of the check's dtype there (their float64 gap
-    is no larger than twice how far the dtype's logits are from float64 at this step, nor than one rounding
-    step of the dtype at that magnitude); ``divergence``: one token is clearly ahead.
-    """
-
-    kind: str
-    dtype: str
-    #: float64 reference logits of the reference run's token and of the other run's token
-    reference_logit: float
-    other_logit: float
-    #: reference_logit - other_logit, in float64
-    reference_gap: float
-    #: one rounding step (unit in the last place) of ``dtype`` at the logits' magnitude
-    rounding_step: float
-    #: largest difference between the dtype's own logits and float64 at this step (over the vocabulary):
-    #: the rounding that piled up through the layers
-    noise: float
-
-    @property
-    def gap_in_steps(self) -> float:
-        return abs(self.reference_gap) / self.rounding_step if self.rounding_step else float("inf")
-
-    def describe(self) -> str:
-        return (f"float64 reference logits {self.reference_logit:.6g} vs {self.other_logit:.6g}, gap "
-                f"{self.reference_gap:.3g} = {self.gap_in_steps:.3g} {self.dtype} rounding steps there ({self.dtype} "
-                f"off float64 by up to {self.noise:.3g}): {self.kind}")
-
-
-@dataclass
-class Mismatch:
-    """Where compiled tokens first differ from eager ones, and how close eager's choice was there."""
-
-    row: int
-    position: int
-    step: int
-    eager_token: int | None
-    compiled_token: int | None
-    eager_logit_gap: float | None = None
-    eager_shape: list[int] = field(default_factory=list)
-    compiled_shape: list[int] = field(default_factory=list)
-    #: rounding flip or divergence, when the tokens (not only the shapes) differ and float64 could judge it
-    precision: PrecisionVerdict | None = None
-    #: why ``precision`` is None where a verdict was sought (a sampled step, a failed float64 reference)
-    precision_note: str = ""
-
-    @property
-    def kind(self) -> str | None:
-        return self.precision.kind if self.precision else None
-
-    def describe(self, other: str = "compiled") -> str:
-        """``other`` names what was compared with eager: the compiled run, or our loop run eagerly."""
-        gap = "unknown" if self.eager_logit_gap is None else f"{self.eager_logit_gap:.4g}"
-        text = (f"row {self.row}, position {self.position} (new token {self.step}): eager {self.eager_token}, "
-                f"{other} {self.compiled_token}; eager top-1/top-2 logit gap there {gap}")
-        if self.eager_shape != self.compiled_shape:
-            text += f"; shapes eager {tuple(self.eager_shape)} vs {other} {tuple(self.compiled_shape)}"
-        if self.precision is not None:
-            text += f"; {self.precision.describe()}"
-        elif self.precision_note:
-            text += f"; {self.precision_note}"
-        return text
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Mismatch:
-        fields = dict(data)
-        if fields.get("precision"):
-            fields["precision"] = PrecisionVerdict(**fields["precision"])
-        return cls(**fields)
 
 
 #: A check's identity: model, scenario, level, dtype.

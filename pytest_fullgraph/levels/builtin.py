@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from pytest_fullgraph.core.generation import generate_fn, static_cache_config
+from pytest_fullgraph.core.names import BUILTIN_LEVEL_NAMES
 from pytest_fullgraph.levels.base import (
     GRAPHS_NOT_COUNTED,
     ONE_GRAPH,
@@ -217,7 +218,8 @@ class ExportLevel(DecodeLevel):
 BUILTIN_LEVELS: tuple[type[Level], ...] = (ForwardLevel, GenerateLevel, DecodeLevel, ExportLevel, WhileLevel,
                                            While64Level, While256Level, CudagraphsLevel, CudagraphsWhileLevel,
                                            *HF_LEVELS)
-BUILTIN_LEVEL_NAMES = tuple(level.name for level in BUILTIN_LEVELS)
+# reports order levels by ``core.names`` (they may not import levels): it must list these, in this order
+assert tuple(level.name for level in BUILTIN_LEVELS) == BUILTIN_LEVEL_NAMES, "core.names differs from BUILTIN_LEVELS"
 
 
 def builtin_levels() -> Levels:

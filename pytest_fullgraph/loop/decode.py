@@ -37,9 +37,9 @@ from pytest_fullgraph.loop.exported import (
     noise_draws,
     noise_spec,
     run_program,
-    trimmed,
 )
-from pytest_fullgraph.loop.modes import assisted, beam, lookup
+from pytest_fullgraph.loop.modes import table as mode_table
+from pytest_fullgraph.loop.modes.table import Mode
 from pytest_fullgraph.loop.planning import check_generate_arguments, prepare
 from pytest_fullgraph.loop.steps import (
     DecodePlan,
@@ -55,9 +55,9 @@ if TYPE_CHECKING:
 
 
 def check_loop(loop: str) -> None:
-    """A loop form of ``LOOPS``, or ``UnsupportedGeneration`` naming the ones there are."""
-    if loop not in LOOPS:
-        raise UnsupportedGeneration(f"loop={loop!r} is not a loop form; use one of {', '.join(LOOPS)}")
+    """A loop form of ``modes.table.FORMS``, or ``UnsupportedGeneration`` naming the ones there are."""
+    if loop not in mode_table.FORMS:
+        raise UnsupportedGeneration(f"loop={loop!r} is not a loop form; use one of {', '.join(mode_table.FORMS)}")
 
 
 def _next_tokens(plan: DecodePlan, scores: torch.Tensor, unfinished: torch.Tensor) -> torch.Tensor:
@@ -206,7 +206,7 @@ def fullgraph_generate(
     (sequences, beam indices, and with ``output_scores`` the scores).
 
     ``compiler`` wraps the loop, e.g. ``lambda f: torch.compile(f, fullgraph=True, backend="inductor")``;
-    without it the loop runs eagerly. ``loop`` picks the form: "unrolled" or "while" (see ``LOOPS``).
+    without it the loop runs eagerly. ``loop`` picks the form: "unrolled" or "while" (``modes.table.FORMS``).
     Greedy and sampling with every warper, beam search and beam sampling (``num_beams``, ``length_penalty``,
     every ``early_stopping``, ``num_return_sequences``), the logits processors of decoder-only generation (the
     n-gram ban in its device form), one or several EOS ids, and left-padded batches are supported; anything else raises
@@ -217,41 +217,12 @@ def fullgraph_generate(
     attention_mask, plan = checked_plan(model, input_ids, attention_mask, generation_config, loop,
                                         generate_arguments)
     cache = new_cache(model, plan, cache_length(input_ids, plan), loop)
-    check_mode(model, plan, input_ids, cache, loop)
-    function = loop_function(plan, loop)
+    plan.mode.check(model, plan, input_ids, cache, loop)
+    function = plan.mode.loop(loop)
     run = compiler(function) if compiler is not None else function
-    with torch.no_grad(), loop_tracing.traceable_loop(model, loop, plan_models(plan)):
+    with torch.no_grad(), loop_tracing.traceable_loop(model, loop, tuple(plan.mode.models(plan).values())):
         outputs = run(model, plan, input_ids, attention_mask, cache)
-    if plan.beams is not None:
-        return beam.beam_result(beam.BeamOutput(*outputs), plan, int(input_ids.shape[1]))
-    sequences, steps = outputs
-    return trimmed(sequences, input_ids, steps)
-
-
-def check_mode(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tensor, cache: Any, loop: str) -> None:
-    """Refuse, by name, what a plan's decoding mode cannot do with this model's cache, before any graph
-    (``fullgraph_generate`` and ``export_generate`` alike)."""
-    if plan.beams is not None:
-        beam.check_reorderable(model, cache)
-    if plan.lookup is not None:
-        lookup.check_lookup(model, plan, input_ids, cache)
-    if plan.assist is not None:
-        assisted.check_assisted(model, plan, input_ids, cache, loop)
-
-
-def plan_models(plan: DecodePlan) -> tuple[Any, ...]:
-    """The models a plan runs besides the target: the draft model of assisted decoding."""
-    return (plan.assist.assistant,) if plan.assist is not None else ()
-
-
-def loop_function(plan: DecodePlan, loop: str) -> Callable[..., Any]:
-    """The loop that runs a plan in a loop form: beam search's for a plan with beams, prompt lookup's for one
-    with a lookup, assisted decoding's for one with a draft model, else greedy/sampling's."""
-    if plan.beams is not None:
-        return beam.BEAM_LOOPS[loop]
-    if plan.assist is not None:
-        return assisted.ASSISTED_LOOPS[loop]
-    return lookup.LOOKUP_LOOPS[loop] if plan.lookup is not None else LOOPS[loop]
+    return plan.mode.generated(tuple(outputs), plan, input_ids)
 
 
 def export_generate(
@@ -285,7 +256,7 @@ def export_generate(
     attention_mask, plan = checked_plan(model, input_ids, attention_mask, generation_config, loop,
                                         generate_arguments)
     cache_len = export_cache_length(plan, input_ids, dynamic, max_prompt_length)
-    check_mode(model, plan, input_ids, new_cache(model, plan, cache_len, loop), loop)
+    plan.mode.check(model, plan, input_ids, new_cache(model, plan, cache_len, loop), loop)
     example, dynamic_shapes = export_example(plan, input_ids, attention_mask,
                                              batch_bound(input_ids, dynamic, max_batch_size), loop)
     noise = noise_spec(model, plan, input_ids, attention_mask, loop) if noise_input else None
@@ -294,8 +265,8 @@ def export_generate(
         module_class = NoisyDecodeProgram
         example += (noise_draws(noise, plan.max_new_tokens, input_ids),)
         dynamic_shapes = (*dynamic_shapes, {1: torch.export.Dim.AUTO}) if dynamic_shapes is not None else None
-    program_module = module_class(model, plan, cache_len, loop, loop_function(plan, loop))
-    with loop_tracing.traceable_loop(model, loop, plan_models(plan)):
+    program_module = module_class(model, plan, cache_len, loop, plan.mode.loop(loop))
+    with loop_tracing.traceable_loop(model, loop, tuple(plan.mode.models(plan).values())):
         program = torch.export.export(program_module, example, dynamic_shapes=dynamic_shapes, strict=strict)
     module = program.module()
     bound = plan.max_new_tokens
@@ -313,9 +284,10 @@ def export_generate(
     return exported
 
 
-#: Loop forms: "unrolled" (one graph whose size grows with max_new_tokens) and "while" (decode steps as a
-#: ``while_loop`` body: constant graph size, early exit when every row has finished).
+#: The loop core's loop per form (``modes.table.FORMS``): greedy and sampling.
 LOOPS: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {
     "unrolled": decode_loop,
     "while": decode_while_loop,
 }
+#: The loop core's row in the mode table: greedy and sampling run every plan no other mode claims.
+MODE = Mode("core", ("greedy_search", "sample"), plan=lambda request: None, loops=LOOPS)

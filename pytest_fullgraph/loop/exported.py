@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 
 from pytest_fullgraph.core.generation import UnsupportedGeneration
 from pytest_fullgraph.loop import sampling_noise
 from pytest_fullgraph.loop import tracing as loop_tracing
-from pytest_fullgraph.loop.modes import beam, beam_search
-from pytest_fullgraph.loop.steps import DecodePlan, cache_length, new_cache
+from pytest_fullgraph.loop.modes import table as mode_table
+from pytest_fullgraph.loop.modes.table import DecodePlan
+from pytest_fullgraph.loop.steps import cache_length, new_cache
 
 if TYPE_CHECKING:
     from transformers import GenerationConfig, PreTrainedModel
+
 
 class DecodeProgram(torch.nn.Module):
     """The loop as a module, the form ``torch.export`` takes; it makes its own cache per call.
@@ -34,10 +36,12 @@ class DecodeProgram(torch.nn.Module):
                  run_loop: Callable[..., Any]) -> None:
         super().__init__()
         self.model = model
-        #: the plan's loop in this form (``decode.loop_function``): given, so this module needs no loop's module
+        #: the plan's loop in this form (``Mode.loop``): given, so this module needs no loop's module
         self.run_loop = run_loop
-        # the draft model's weights are the program's too: a submodule, so export lifts them as parameters
-        self.assistant = plan.assist.assistant if plan.assist is not None else None
+        # the mode's other models' weights (a draft model's) are the program's too: submodules, so export lifts them
+        # as parameters
+        for name, other in plan.mode.models(plan).items():
+            self.add_module(name, other)
         self.plan = plan
         self.cache_len = cache_len
         self.loop = loop
@@ -59,11 +63,6 @@ class NoisyDecodeProgram(DecodeProgram):
                 noise: torch.Tensor) -> tuple[torch.Tensor, ...]:
         with sampling_noise.noise_from(noise):
             return super().forward(input_ids, attention_mask)
-
-
-def trimmed(sequences: torch.Tensor, input_ids: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
-    """The one host synchronisation, after the graph: generate's output stops where the last row finished."""
-    return sequences[:, : int(input_ids.shape[1]) + int(steps)]
 
 
 def json_settings(config: GenerationConfig) -> dict[str, Any]:
@@ -105,12 +104,9 @@ def export_cache_length(plan: DecodePlan, input_ids: torch.Tensor, dynamic: bool
                          max_prompt_length: int | None) -> int:
     """The exported cache's positions: the example's, or with ``dynamic`` the longest prompt's, after refusing
     settings whose processors are built for the example's prompt length (wrong for any other)."""
+    plan.mode.check_export("dynamic" if dynamic else "static")
     if not dynamic:
         return cache_length(input_ids, plan)
-    if plan.drafting is not None:
-        mode = "prompt lookup" if plan.lookup is not None else "assisted decoding"
-        raise UnsupportedGeneration(f"export_generate(dynamic=True) does not support {mode}: it takes one prompt "
-                                    "(batch 1), which dynamic shapes cannot hold; export with dynamic=False")
     for name in PROMPT_LENGTH_SETTINGS:
         if getattr(plan.config, name, 0):
             raise UnsupportedGeneration(f"export_generate(dynamic=True) does not support {name}="
@@ -145,13 +141,10 @@ def noise_spec(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tensor
     if loop != "unrolled":
         raise UnsupportedGeneration("noise_input=True takes the unrolled loop of sampling or beam sampling, not "
                                     f"loop={loop!r}")
-    if plan.drafting is not None:
-        raise UnsupportedGeneration("noise_input=True takes sampling or beam sampling, not speculative sampling: "
-                                    "its draws (per drafted token, then over the draft's length) vary in number "
-                                    "per step, so no fixed noise input holds them")
+    plan.mode.check_export("noise_input")
     with torch.no_grad():
         width = int(model(input_ids=input_ids[:, :1], attention_mask=attention_mask[:, :1]).logits.shape[-1])
-    return {"per_step": [width * (plan.beams.num_beams if plan.beams is not None else 1)], "dtype": "torch.float32"}
+    return {"per_step": [plan.mode.noise_width(plan, width)], "dtype": "torch.float32"}
 
 
 def noise_draws(noise: dict[str, Any], steps: int, input_ids: torch.Tensor) -> torch.Tensor:
@@ -186,18 +179,14 @@ def run_program(program: Callable[..., tuple[torch.Tensor, ...]], loop: str, bou
     """Call an exported generation program (in memory, or loaded from an artifact) as ``generate`` is called: a
     ``while`` program gets its length input, checked against its ``bound``; a program that takes its sampling
     noise (``noise``: its metadata) gets it drawn now, as ``generate`` would draw; the output is trimmed like
-    ``generate``'s (a beam program's outputs are ``beam.BeamOutput``'s, which tells it from a greedy one)."""
+    ``generate``'s (by the mode whose loop returns as many outputs: ``modes.table.program_result``)."""
     limit = _generation_limit(loop, bound, max_new_tokens, input_ids.device)
     extra: tuple[torch.Tensor, ...] = ()
     if loop == "while":
         extra = (limit,)
     elif noise is not None:
         extra = (noise_draws(noise, bound, input_ids),)
-    outputs = program(input_ids, attention_mask, *extra)
-    if len(outputs) == len(beam.BeamOutput._fields):
-        return beam_search.trimmed_beams(outputs[0], outputs[1], outputs[2], int(input_ids.shape[1]))[0]
-    sequences, steps = outputs
-    return trimmed(sequences, input_ids, steps)
+    return cast(torch.Tensor, mode_table.program_result(tuple(program(input_ids, attention_mask, *extra)), input_ids))
 
 
 def _generation_limit(loop: str, bound: int, max_new_tokens: int | None, device: torch.device) -> torch.Tensor:

@@ -14,13 +14,14 @@ import torch
 from pytest_fullgraph.core.generation import UnsupportedGeneration
 from pytest_fullgraph.core.model_facts import cache_taking_parameters
 from pytest_fullgraph.loop import tracing as loop_tracing
-from pytest_fullgraph.loop.modes import assisted, beam_search, lookup
-from pytest_fullgraph.loop.steps import DecodePlan
+from pytest_fullgraph.loop.modes import table as mode_table
+from pytest_fullgraph.loop.modes.table import DecodePlan
 
 if TYPE_CHECKING:
     from transformers import GenerationConfig, PreTrainedModel
 
-#: generation_config values this loop cannot honour, with the value meaning "off".
+#: generation_config values this loop cannot honour, with the value meaning "off"; a mode honours those it runs with
+#: (``Mode.honours``: beam search its width, prompt lookup its draft size).
 UNSUPPORTED_SETTINGS: dict[str, Any] = {
     "num_beams": 1, "num_beam_groups": 1, "penalty_alpha": None, "num_return_sequences": 1,
     "prompt_lookup_num_tokens": None, "assistant_early_exit": None, "dola_layers": None,
@@ -28,12 +29,6 @@ UNSUPPORTED_SETTINGS: dict[str, Any] = {
     "output_attentions": False, "output_hidden_states": False, "return_dict_in_generate": False,
     "max_time": None, "use_mtp": False, "speculation_type": None, "assistant_ensemble_weight": None,
 }  # fmt: skip
-#: ``UNSUPPORTED_SETTINGS`` that beam search honours: its width, how many beams it returns, and its scores.
-BEAM_SETTINGS = ("num_beams", "num_return_sequences", "output_scores", "return_dict_in_generate")
-#: ``generate``'s modes the loop runs: greedy and sampling, beam search and beam sampling, and assisted generation
-#: when its candidates come from prompt lookup (``prompt_lookup_num_tokens``) or a draft model (``assistant_model``).
-SUPPORTED_MODES = ("greedy_search", "sample", "beam_search", "beam_sample", "assisted_generation")
-
 
 #: Why a setting cannot be in one graph, and what to do instead: the refusal's message says it.
 WHY_UNSUPPORTED: dict[str, str] = {
@@ -49,33 +44,27 @@ WHY_UNSUPPORTED: dict[str, str] = {
 #: ``generate`` arguments the loop takes: the tokenizer that stop strings need (as ``generate`` needs it), and the
 #: draft model of assisted decoding.
 TAKEN_GENERATE_ARGUMENTS = ("tokenizer", "assistant_model")
-#: Draft models ``generate`` does not draft with through ``AssistedCandidateGenerator`` (class-name prefixes).
-OTHER_CANDIDATE_GENERATORS = ("Gemma4Assistant", "Gemma4UnifiedAssistant")
 
 
 def check_supported(config: GenerationConfig, assistant: Any = None) -> None:
-    """Refuse, by name and with what is supported, a setting or mode of the resolved config the loop cannot run."""
+    """Refuse, by name and with what is supported, a setting or mode of the resolved config the loop cannot run:
+    ``generate``'s modes are the mode table's (``modes.table.supported_modes``), each with its own refusals."""
     mode = str(config.get_generation_mode(assistant).value)
-    beams = mode in ("beam_search", "beam_sample")
+    rows = (mode_table.core(), *mode_table.modes())
+    honoured = {name for row in rows if mode in row.generation_modes for name in row.honours}
     for name, off in UNSUPPORTED_SETTINGS.items():
         value = getattr(config, name, off)
-        allowed = (beams and name in BEAM_SETTINGS) or (mode == "assisted_generation"
-                                                         and name == "prompt_lookup_num_tokens")
-        if value is not None and value != off and not allowed:
+        if value is not None and value != off and name not in honoured:
             why = f": {WHY_UNSUPPORTED[name]}" if name in WHY_UNSUPPORTED else ""
-            supported = "greedy and sampling" if name not in BEAM_SETTINGS else "beam search and beam sampling"
+            supported = next((row.honoured_in for row in rows if name in row.honours), "greedy and sampling")
             raise UnsupportedGeneration(f"fullgraph_generate does not support {name}={value!r} "
                                         f"(supported: {supported}, else {name}={off!r}){why}")
-    if assistant is not None and type(assistant).__name__.startswith(OTHER_CANDIDATE_GENERATORS):
-        raise UnsupportedGeneration(f"fullgraph_generate does not support assistant_model={type(assistant).__name__}"
-                                    ": generate drafts with it from the target's shared key-value states "
-                                    "(SinglePositionMultiTokenCandidateGenerator); supported: a causal LM draft")
-    if mode not in SUPPORTED_MODES:
+    for row in rows:
+        row.check_config(config, assistant, mode)
+    supported_modes = mode_table.supported_modes()
+    if mode not in supported_modes:
         raise UnsupportedGeneration(f"fullgraph_generate does not support generation mode {mode!r}; "
-                                    f"supported: {', '.join(repr(name) for name in SUPPORTED_MODES)}")
-    if beams and config.stop_strings is not None:
-        raise UnsupportedGeneration("fullgraph_generate does not support stop_strings with beam search "
-                                    "(supported: EOS ids and max_new_tokens end beams)")
+                                    f"supported: {', '.join(repr(name) for name in supported_modes)}")
 
 
 def check_generate_arguments(arguments: dict[str, Any]) -> None:
@@ -128,19 +117,15 @@ def prepare(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: tor
     # the loops give processors and criteria stand-ins whose writes stay in the graph: made here, on the host
     loop_tracing.prepare_views(*processors, *([stop_strings] if stop_strings is not None else []))
     eos = eos if eos is not None and eos.numel() > 0 else None
-    beams = None
-    if int(config.num_beams) > 1:
-        beams = beam_search.beam_settings(config, eos, config._pad_token_tensor)
-    prompt_lookup = lookup.lookup_settings(config) if config.prompt_lookup_num_tokens is not None else None
-    assist = None  # as generate: a prompt lookup wins over a draft model, beams ignore it
-    if assistant is not None and prompt_lookup is None and beams is None:
-        assist = assisted.assist_settings(config, assistant, max_new_tokens, processors, input_ids)
+    # the first row that claims the plan runs it, as generate picks: a prompt lookup wins over a draft model, beams
+    # ignore it
+    mode, settings = mode_table.claim(mode_table.PlanRequest(config, assistant, max_new_tokens, processors, input_ids,
+                                                             eos, config._pad_token_tensor))
     return attention_mask, DecodePlan(config, processors, max_new_tokens, bool(config.do_sample), eos,
                                       config._pad_token_tensor, "position_ids" in parameters,
-                                      "logits_to_keep" in parameters,
+                                      "logits_to_keep" in parameters, mode, settings,
                                       _mask_when_decoding(model, input_ids, attention_mask),
-                                      callable(getattr(model, "create_masks_for_generate", None)), stop_strings,
-                                      beams, prompt_lookup, assist)
+                                      callable(getattr(model, "create_masks_for_generate", None)), stop_strings)
 
 
 def _mask_when_decoding(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> bool:

@@ -9,8 +9,9 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from pytest_fullgraph.models.shrink import DROP, GENERIC_SHRINK, SHRINK_RULES, SLIDING_WINDOW
 from pytest_fullgraph.models.tags import config_value, default_config, holds
-from pytest_fullgraph.models.tiny import DROP, GENERIC_SHRINK, RECORDS, SHRINK_RULES, SLIDING_WINDOW
+from pytest_fullgraph.models.tiny import RECORDS
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel

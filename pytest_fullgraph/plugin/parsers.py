@@ -3,6 +3,8 @@
 
 A bad text is a ``pytest.UsageError`` that names its source and value and says what is valid, so a user knows
 which of the command line, the environment or the ini file to fix. ``options.OPTIONS`` gives each option one.
+The values an option may take (``BACKENDS``, ``DTYPES``, ...) are here too: the parsers check them, and the
+session and the help text list them.
 """
 
 from __future__ import annotations
@@ -17,11 +19,27 @@ from pytest_fullgraph.check import scenarios
 from pytest_fullgraph.core.suggest import did_you_mean, spelled
 from pytest_fullgraph.levels.artifacts import RUNTIMES
 from pytest_fullgraph.models import pretrained
-from pytest_fullgraph.plugin.settings import MAX_NEW_TOKENS
 from pytest_fullgraph.report import shard
 
+BACKENDS = ("eager", "aot_eager", "inductor")
+#: Dtypes a model can be checked in; float64 is the reference that judges rounding, not a dtype under test.
+DTYPES = ("float32", "bfloat16", "float16")
+#: More new tokens than a check can generate (eagerly and compiled, token by token) in any time limit: refused
+#: while parsing, before any model's own limit (its positions) is read.
+MAX_NEW_TOKENS = 1_000_000
+#: "auto" (the default): "all" in the slow tier; in the fast tier "all" for every level but those whose
+#: ``Level.every_break_in_fast_tier`` is false (``generate``), which record their first break.
+BREAK_MODES = ("auto", "all", "first")
+#: ``attn_implementation`` values ``--fullgraph-attn`` takes (None: each model's own default, sdpa for most).
+ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention")
 #: Device types ``--fullgraph-device`` takes; others (mps, xpu) are untested here and refused by name.
 DEVICE_TYPES = ("cpu", "cuda")
+#: When the shipped conformance suite (``pytest_fullgraph.suite``) is collected: "auto" when models are
+#: selected (command line or ini) and no test paths are given; "on" always; "off" never.
+SUITE_MODES = ("auto", "on", "off")
+#: When progress lines are written (``--fullgraph-progress``): "auto" in a terminal outside CI, in runs with checks
+#: (``progress.wanted``); "on" always; "off" never.
+PROGRESS_MODES = ("auto", "on", "off")
 
 _TRUE = ("y", "yes", "t", "true", "on", "1")
 _FALSE = ("n", "no", "f", "false", "off", "0")
@@ -167,7 +185,7 @@ def parse_absolute_directory(value: str, source: str) -> Path | None:
 
 
 def parse_pretrained(value: str, source: str) -> dict[str, Path]:
-    """NAME=DIR pairs; the directories are read later, when ``options.register_checkpoints`` registers them."""
+    """NAME=DIR pairs; the directories are read later, when ``settings.register_checkpoints`` registers them."""
     try:
         return pretrained.parse_pretrained(value, source)
     except ValueError as error:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,13 +18,14 @@ from pytest_fullgraph.check.scenarios import SCENARIOS
 from pytest_fullgraph.core.break_help import help_for_ids
 from pytest_fullgraph.core.compute import exactness_settings
 from pytest_fullgraph.core.environment import environment
-from pytest_fullgraph.core.results import DEFAULT_DTYPE, ERROR, SKIP, CheckResult
+from pytest_fullgraph.core.results import DEFAULT_DTYPE, ERROR, SKIP, CheckKey, CheckResult
 from pytest_fullgraph.levels.base import Levels
 from pytest_fullgraph.models import Registry
 from pytest_fullgraph.models.positions import declared_positions, too_long
 from pytest_fullgraph.plugin.baseline import Baseline
 from pytest_fullgraph.plugin.built_models import BuildFailed, ModelCache, ModelEntry, Unavailable
-from pytest_fullgraph.plugin.settings import DTYPES, Settings
+from pytest_fullgraph.plugin.parsers import DTYPES
+from pytest_fullgraph.plugin.settings import Settings
 from pytest_fullgraph.plugin.signals import ReportWarmup
 from pytest_fullgraph.report.files import save
 
@@ -166,6 +168,21 @@ class FullgraphSession:
          result.model_file) = self.models.facts(model_name)
         return result
 
+    def run_in_test(self, item: pytest.Item, model_name: str, scenario: str, level: str,
+                    dtype: str = DEFAULT_DTYPE) -> CheckResult:
+        """One check run by test ``item`` (``fullgraph_check``): kept on the item for its report, and its outcome
+        and first break as the item's JUnit properties."""
+        result = self.run(model_name, scenario, level, dtype)
+        item.stash.setdefault(RESULTS_KEY, []).append(result)
+        if not self.is_worker:
+            # recorded now, not only from the test's report: a run interrupted inside this test keeps it
+            self.record(item.nodeid, result)
+        first = result.first_break
+        for name, value in (("fullgraph_outcome", result.outcome), ("graph_breaks", len(result.break_records())),
+                            ("first_break", first.summary() if first else "")):
+            item.user_properties.append((name, value))
+        return result
+
     def too_long(self, name: str, model: Any, scenario: str, tokens: int) -> str:
         """Why the run's ``max_new_tokens`` do not fit in the built model's declared positions, as one line; ""
         when they fit. Start-up refuses a set value already where configs are known without a build; this covers
@@ -190,6 +207,24 @@ class FullgraphSession:
         """The levels a run of this tier collects when ``--fullgraph-levels`` is not given."""
         return self.levels.default(self.settings.run_slow)
 
+    def axes(self) -> dict[str, tuple[str, ...]]:
+        """The parametrized fixtures and their values, in test-id order; the same on every xdist worker."""
+        return {"fullgraph_model_name": self.settings.models, "fullgraph_scenario": self.settings.scenarios,
+                "fullgraph_level": self.collected_levels(), "fullgraph_dtype": self.settings.dtypes}
+
+    def checks_by_parameters(self) -> dict[str, CheckKey]:
+        """Every check of the axes by its test id's parameters; where "-" in names spells one id two ways, the first
+        in the axes' order."""
+        found: dict[str, CheckKey] = {}
+        for model, scenario, level, dtype in itertools.product(*self.axes().values()):
+            found.setdefault("-".join((model, scenario, level, dtype)), (model, scenario, level, dtype))
+        return found
+
+    def check_of_test_id(self, nodeid: str) -> CheckKey | None:
+        """The check (model, scenario, level, dtype) a test id names, or None: the controller does not collect items
+        under xdist, so a crashed test's check is read back from its id (matched, not split: names may hold "-")."""
+        return self.checks_by_parameters().get(parameters_of_test_id(nodeid))
+
     def record_crash(self, nodeid: str, worker: str, check: tuple[str, str, str, str] | None, site: str = "") -> None:
         """A worker died while running ``nodeid``: name the test, and record its check (model, scenario, level,
         dtype), when it is one, as an error; ``site``: where it died ("Segmentation fault at FILE:LINE in f")."""
@@ -208,3 +243,12 @@ class FullgraphSession:
                 model, scenario, level, self.settings.backend, self.max_new_tokens(level), ERROR,
                 f"worker {worker} crashed while running this check ({nodeid})" + (f": {site}" if site else ""),
                 dtype=dtype))
+
+
+#: Where the run's session lives on its ``pytest.Config``: one per config, so pytester's nested runs stay apart.
+SESSION_KEY = pytest.StashKey[FullgraphSession]()
+
+
+def parameters_of_test_id(nodeid: str) -> str:
+    """The parametrization part of a test id, ``llama-greedy-forward-float32``; "" when it has none."""
+    return nodeid.rpartition("[")[2].rstrip("]") if nodeid.endswith("]") else ""

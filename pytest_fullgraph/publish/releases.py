@@ -6,24 +6,19 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
-from pytest_fullgraph.core.results import OUTCOMES, CheckResult
-from pytest_fullgraph.levels.builtin import BUILTIN_LEVEL_NAMES
-from pytest_fullgraph.report import Report, diff
-
-
-def level_order(checks: Iterable[CheckResult]) -> list[str]:
-    """The levels of ``checks``: the built-in ones in their order (forward, generate, decode, ...), then others."""
-    present = {result.level for result in checks}
-    return [level for level in BUILTIN_LEVEL_NAMES if level in present] + sorted(present - set(BUILTIN_LEVEL_NAMES))
+from pytest_fullgraph.core.results import OUTCOMES
+from pytest_fullgraph.report.gate import diff
+from pytest_fullgraph.report.order import levels_in
+from pytest_fullgraph.report.schema import Report
 
 
 def release_section(releases: Sequence[tuple[str, Report]]) -> list[str]:
     """Outcome counts per torch release and level, then what changed from each release to the next."""
     ordered = sorted(releases, key=lambda item: (_release(item[1]), item[0]))
     reports = [report for _, report in ordered]
-    levels = level_order(result for report in reports for result in report.checks)
+    levels = levels_in((result.level for report in reports for result in report.checks), *reports)
     models = sorted({result.model for report in reports for result in report.checks})
     same = len({frozenset(result.key for result in report.checks) for report in reports}) == 1
     lines = ["## Torch releases", "",

@@ -11,8 +11,6 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from pytest_fullgraph.report.html import HTML_NAME, html
-from pytest_fullgraph.report.render import markdown
 from pytest_fullgraph.report.schema import JSON_NAME, MARKDOWN_NAME, Report, ReportError
 
 #: The first bytes of a gzip stream: reports are read gzipped or not, whatever their name says.
@@ -100,6 +98,10 @@ def write(report: Report, directory: str | Path, *, baseline: Report | None = No
     """``fullgraph-report.json`` (sorted keys: diffs of two runs stay readable), ``fullgraph-report.md`` and
     ``fullgraph-report.html`` (both of which, given ``baseline``, also show what changed against it) in ``directory``,
     created if need be; the paths written."""
+    # the renderers load here, not with the module: reading, merging or gating a report renders nothing
+    from pytest_fullgraph.report.html import HTML_NAME, html
+    from pytest_fullgraph.report.render import markdown
+
     directory = Path(directory)
     json_path, markdown_path, html_path = directory / JSON_NAME, directory / MARKDOWN_NAME, directory / HTML_NAME
     write_atomic(json_path, json.dumps(report.to_dict(), indent=2, sort_keys=True) + "\n")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from pytest_fullgraph.check.scenarios import SCENARIOS
+from pytest_fullgraph.core.names import SCENARIO_FEATURES
 from pytest_fullgraph.core.results import (
     BREAK,
     DEFAULT_DTYPE,
@@ -18,15 +18,14 @@ from pytest_fullgraph.core.results import (
     ROUNDING,
     CheckResult,
 )
-from pytest_fullgraph.levels.builtin import BUILTIN_LEVEL_NAMES
 from pytest_fullgraph.report import sections
 from pytest_fullgraph.report.gate import diff
 from pytest_fullgraph.report.merge import uneven_levels
+from pytest_fullgraph.report.order import canonical, levels_in, scenarios_in
 from pytest_fullgraph.report.schema import Report
 from pytest_fullgraph.report.tables import (
     DTYPE_ORDER,
     break_label,
-    canonical,
     columns,
     crash_line,
     escape,
@@ -104,7 +103,7 @@ def _summary(report: Report, checks: list[CheckResult]) -> list[str]:
     if not checks:
         return ["No checks ran.", ""]
     shown = [name for name in OUTCOMES if any(result.outcome == name for result in checks)]
-    levels = canonical({r.level for r in checks}, [*BUILTIN_LEVEL_NAMES, *(report.environment.get("levels") or {})])
+    levels = levels_in({r.level for r in checks}, report)
     dtypes = canonical({r.dtype for r in checks}, DTYPE_ORDER)
     lines = ["## Summary", "", "| level | checks | " + " | ".join(OUTCOMES[name].cell for name in shown) +
              " | models passing every check |", "|---|---|" + "---|" * len(shown) + "---|"]
@@ -177,10 +176,10 @@ def _feature_sections(report: Report, checks: list[CheckResult]) -> list[str]:
     """Which generation features compile into one graph with eager's tokens: feature x level (outcomes counted
     over the models) and feature x model (one glyph per level). Shown once a run has scenarios beyond the four
     basic ones."""
-    scenarios = canonical({r.scenario for r in checks}, [*SCENARIOS, *(report.environment.get("scenarios") or {})])
+    scenarios = scenarios_in({r.scenario for r in checks}, report)
     if set(scenarios) <= {"greedy", "sample", "eos", "padded"}:
         return []
-    levels = canonical({r.level for r in checks}, [*BUILTIN_LEVEL_NAMES, *(report.environment.get("levels") or {})])
+    levels = levels_in({r.level for r in checks}, report)
     models = sorted({r.model for r in checks})
     lines = ["## Generation features x levels", "", *feature_level_table(report, checks)]
     lines += ["", "## Generation features x models", "",
@@ -196,9 +195,8 @@ def _feature_sections(report: Report, checks: list[CheckResult]) -> list[str]:
 
 def feature_level_table(report: Report, checks: list[CheckResult]) -> list[str]:
     """Feature x level: each cell counts the models' outcomes for one scenario at one level, by glyph."""
-    # the built-in order first: a stored report's legend keys are sorted (see ``tables.columns``)
-    scenarios = canonical({r.scenario for r in checks}, [*SCENARIOS, *(report.environment.get("scenarios") or {})])
-    levels = canonical({r.level for r in checks}, [*BUILTIN_LEVEL_NAMES, *(report.environment.get("levels") or {})])
+    scenarios = scenarios_in({r.scenario for r in checks}, report)
+    levels = levels_in({r.level for r in checks}, report)
     by_cell: dict[tuple[str, str], list[CheckResult]] = {}
     for result in checks:
         by_cell.setdefault((result.scenario, result.level), []).append(result)
@@ -219,8 +217,8 @@ def _glyph_legend() -> str:
 
 
 def _feature_label(scenario: str) -> str:
-    known = SCENARIOS.get(scenario)
-    return f"{known.feature} (`{scenario}`)" if known and known.feature != scenario else f"`{scenario}`"
+    feature = SCENARIO_FEATURES.get(scenario, scenario)
+    return f"{feature} (`{scenario}`)" if feature != scenario else f"`{scenario}`"
 
 
 def _legend(report: Report, levels: set[str], scenarios: set[str]) -> list[str]:

@@ -12,8 +12,6 @@ from typing import Any
 
 from pytest_fullgraph.core.break_help import BreakHelp
 from pytest_fullgraph.core.results import OUTCOMES, READABLE_SCHEMA_VERSIONS, SCHEMA, SCHEMA_VERSION, CheckResult
-from pytest_fullgraph.report.audit import model_summaries
-from pytest_fullgraph.report.known_issues import report_section
 from pytest_fullgraph.report.validate import problem, record_problem
 
 JSON_NAME = "fullgraph-report.json"
@@ -64,6 +62,10 @@ class Report:
         return {gb_id: self.stored_help[gb_id] for gb_id in self.gb_ids() if gb_id in self.stored_help}
 
     def to_dict(self) -> dict[str, Any]:
+        # the derived sections' modules load when a report is written: reading one (``from_dict``) needs neither
+        from pytest_fullgraph.report.audit import model_summaries
+        from pytest_fullgraph.report.known_issues import report_section
+
         return {
             "schema": SCHEMA,
             "version": SCHEMA_VERSION,

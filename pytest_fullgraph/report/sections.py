@@ -19,13 +19,12 @@ from pytest_fullgraph.core.results import (
     CheckResult,
     check_seconds,
 )
-from pytest_fullgraph.levels.builtin import BUILTIN_LEVEL_NAMES
 from pytest_fullgraph.report.audit import disagreements, has_flags, model_summaries
 from pytest_fullgraph.report.causes import FAULTS, error_key, group, skip_key
 from pytest_fullgraph.report.known_issues import KnownIssue, by_issue, known, known_of, labels
+from pytest_fullgraph.report.order import levels_in
 from pytest_fullgraph.report.schema import Report
 from pytest_fullgraph.report.tables import (
-    canonical,
     cudagraph_skips,
     escape,
     fold,
@@ -114,7 +113,7 @@ def errors(report: Report, checks: list[CheckResult], heading: str = "##") -> li
              "example message per cause.", "", "| whose fault | cause | checks | models | levels |",
              "|---|---|---|---|---|"]
     for found in groups:
-        levels = canonical(set(found.levels), [*BUILTIN_LEVEL_NAMES, *(report.environment.get("levels") or {})])
+        levels = levels_in(found.levels, report)
         lines.append(f"| {FAULTS[found.fault]} | {escape(found.example)}{_known_text(known_of(found.checks))} | "
                      f"{len(found.checks)} | {fold(found.models)} | {', '.join(levels)} |")
     return [*lines, ""]
@@ -219,7 +218,7 @@ def memory(report: Report, checks: list[CheckResult]) -> list[str]:
     measured = [result for result in checks if result.peak_memory is not None]
     if not measured:
         return []
-    levels = canonical({r.level for r in measured}, [*BUILTIN_LEVEL_NAMES, *(report.environment.get("levels") or {})])
+    levels = levels_in({r.level for r in measured}, report)
     lines = ["## Peak CUDA memory", "", "The most CUDA memory each compiled run held at once (the model's weights "
              "included), summed and largest per level.", "", "| level | checks | sum (MiB) | largest (MiB) | in |",
              "|---|---|---|---|---|"]

@@ -5,16 +5,14 @@ text helpers they use. No torch import."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from typing import Any
 
-from pytest_fullgraph.check.scenarios import SCENARIOS
 from pytest_fullgraph.core.break_advice import Advice, advise
 from pytest_fullgraph.core.break_help import BreakHelp
 from pytest_fullgraph.core.results import DEFAULT_DTYPE, CheckResult
-from pytest_fullgraph.levels.builtin import BUILTIN_LEVEL_NAMES
 from pytest_fullgraph.report import known_issues
 from pytest_fullgraph.report.causes import shown_origin
+from pytest_fullgraph.report.order import canonical_index, report_levels, report_scenarios
 from pytest_fullgraph.report.schema import Report
 
 
@@ -32,26 +30,10 @@ def break_label(result: CheckResult) -> str:
     return "break"
 
 
-def canonical(values: set[str], order: Iterable[str]) -> list[str]:
-    """Known names in their defined order (e.g. forward before generate), unknown ones after, sorted."""
-    known = [name for name in dict.fromkeys(order) if name in values]
-    return known + sorted(values - set(known))
-
-
-def canonical_index(name: str, order: tuple[str, ...]) -> tuple[int, str]:
-    """A sort key: names of ``order`` in its order, others after them, by name."""
-    return (order.index(name), "") if name in order else (len(order), name)
-
-
 def columns(report: Report) -> list[tuple[str, str]]:
-    checks = report.checks
-    env = report.environment
-    # the built-in order first, whatever order the legend's keys come in (a report's JSON stores them sorted, so a
-    # merged or re-read report would otherwise show decode, export, forward); levels and scenarios of one's own
-    # follow in the legend's order
-    levels = canonical({r.level for r in checks}, [*BUILTIN_LEVEL_NAMES, *(env.get("levels") or {})])
-    scenarios = canonical({r.scenario for r in checks}, [*SCENARIOS, *(env.get("scenarios") or {})])
-    return [(level, scenario) for level in levels for scenario in scenarios]
+    """The matrix's (level, scenario) columns, in the report's order (``order``)."""
+    scenarios = report_scenarios(report)
+    return [(level, scenario) for level in report_levels(report) for scenario in scenarios]
 
 
 def rows(checks: list[CheckResult]) -> list[tuple[str, str, str]]:

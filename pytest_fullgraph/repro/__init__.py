@@ -4,10 +4,10 @@ process before it is written (``python -m pytest_fullgraph repro``). A maintaine
 a pytest plugin to look at a bug.
 
 ``plan`` decides from a ``CheckResult`` alone which script shows its failure and what that failure must be (no
-torch); ``source`` writes the script's text (no torch), ``project`` its part for a class transformers does not
-export; ``case`` rebuilds the check's model, inputs and generation config through the registry; ``reduce`` shrinks
-them, trying each smaller script in this process; ``verify`` runs a script in a fresh, isolated process; ``command``
-ties them together and writes the index.
+torch); ``source`` writes the script's text (no torch) from the pieces in ``snippets``, ``project`` its part for a
+class transformers does not export; ``case`` rebuilds the check's model, inputs and generation config through the
+registry; ``reduce`` shrinks them, trying each smaller script in this process; ``verify`` runs a script in a fresh,
+isolated process; ``command`` ties them together and writes the index.
 
 May import ``check``, ``report``, ``models`` and ``core``.
 """

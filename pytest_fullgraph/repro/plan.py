@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_fullgraph.core.names import OWN_LEVEL_NAMES
 from pytest_fullgraph.core.results import BREAK, ERROR, MISMATCH, CheckResult, Stage
 from pytest_fullgraph.report.causes import error_key, fault_of
 
@@ -35,8 +36,6 @@ TEMPLATES = {
 #: Built-in levels whose eager reference is ``generate`` with a static cache (``Level.reference_config``); the
 #: others' reference is ``generate`` as configured.
 STATIC_REFERENCE_LEVELS = frozenset({"forward"})
-BUILTIN_LEVELS = frozenset({"forward", "generate", "decode", "export", "while", "while64", "while256", "cudagraphs",
-                            "cudagraphs_while"})
 #: Break origins (``breaks.ORIGINS``) that a non-``generate`` level meets only in transformers' generation code as
 #: our loop calls it (its logits processors, its stopping criteria): no script without the loop reaches them.
 LOOP_REACHED_ORIGINS = frozenset({"sampling", "eos", "generation", "masking", "loop"})
@@ -123,7 +122,7 @@ def plan_for(result: CheckResult) -> Plan | str:
         return f"a {result.outcome} is not a failure a script can show"
     if result.level.startswith("hf_"):
         return _export_path_plan(result)
-    if result.level not in BUILTIN_LEVELS:
+    if result.level not in OWN_LEVEL_NAMES:  # transformers' export paths (hf_*) are planned above
         return f"level {result.level!r} is not built in: what it runs is not known here"
     if result.message.startswith("timeout after"):
         return f"the check timed out ({result.headline()}): no failure to reproduce"

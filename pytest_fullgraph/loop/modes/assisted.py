@@ -4,16 +4,15 @@
 
 Each step ``generate`` calls ``assistant_model.generate`` for up to ``num_assistant_tokens`` tokens (its cache
 cropped to all but the last two tokens, which it reads again), stopping early at an EOS or, with
-``assistant_confidence_threshold``, after a token its model is unsure of; the target model then verifies the
-draft in one forward and keeps it up to the first disagreement, as prompt lookup does (``lookup``, whose
-verification this module shares). Here the draft model always runs the buffer's ``draft`` steps on a static
-cache whose rollback is a reset of its fill counter, and the draft's length is a tensor: the tokens it would not
-have drafted are never kept. The ``heuristic_transient`` schedule is a 0-d tensor in the loop's state.
+``assistant_confidence_threshold``, after a token its model is unsure of; the target model then verifies the draft
+as in every draft-and-verify mode (``drafting``). Here the draft model always runs the buffer's ``draft`` steps on
+a static cache rolled back by its fill counter, and the draft's length is a tensor: the tokens it would not have
+drafted are never kept. The ``heuristic_transient`` schedule is a 0-d tensor in the loop's state.
 """
-
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
@@ -24,18 +23,9 @@ from pytest_fullgraph.core.generation import UnsupportedGeneration
 from pytest_fullgraph.core.model_facts import forward_parameters
 from pytest_fullgraph.loop import processors as loop_processors
 from pytest_fullgraph.loop import tracing as loop_tracing
-from pytest_fullgraph.loop.modes import speculative
-from pytest_fullgraph.loop.modes.lookup import (
-    Lookup,
-    check_rollback,
-    chunk_positions,
-    greedy_selection,
-    roll_back,
-    start,
-    verified_logits,
-    verify,
-)
-from pytest_fullgraph.loop.steps import AssistSettings, DecodePlan, cache_length, last_scores, new_cache
+from pytest_fullgraph.loop.modes import drafting, speculative
+from pytest_fullgraph.loop.modes.table import DecodePlan, PlanRequest
+from pytest_fullgraph.loop.steps import cache_length, last_scores, new_cache
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -44,6 +34,27 @@ if TYPE_CHECKING:
 #: within the call ("heuristic" also writes the budget back to the assistant's config after the call, host state
 #: a program cannot write, so it is refused)
 SCHEDULES = ("constant", "heuristic_transient")
+#: Draft models ``generate`` does not draft with through ``AssistedCandidateGenerator`` (class-name prefixes).
+OTHER_CANDIDATE_GENERATORS = ("Gemma4Assistant", "Gemma4UnifiedAssistant")
+
+
+@dataclass(frozen=True)
+class AssistSettings(drafting.DraftSettings):
+    """What ``generate``'s ``AssistedCandidateGenerator`` reads from the assistant model's generation config."""
+
+    #: the draft model (``assistant_model``)
+    assistant: Any = None
+    #: ``num_assistant_tokens`` at the start
+    first_budget: int = 20
+    #: whether the budget follows the ``heuristic_transient`` schedule (+2 after a fully kept draft, else -1)
+    heuristic: bool = False
+    #: ``assistant_confidence_threshold``: the draft stops after a token its model gives less probability (0: off)
+    threshold: float = 0.0
+    #: whether the draft model's forward takes ``position_ids`` and ``logits_to_keep``
+    accepts_position_ids: bool = True
+    logits_to_keep: bool = True
+    #: the logits processors the draft model's ``generate`` runs (``draft_processors``); empty without any
+    processors: Any = ()
 
 
 class Assisted(NamedTuple):
@@ -56,11 +67,14 @@ class Assisted(NamedTuple):
     budget: torch.Tensor
 
 
-def assist_settings(config: Any, assistant: PreTrainedModel, max_new_tokens: int, processors: Any,
-                    input_ids: torch.Tensor) -> AssistSettings:
-    """The settings ``AssistedCandidateGenerator`` takes from the assistant's generation config (its defaults
-    filled in as ``generate`` fills them); the draft buffer holds the most tokens a step can draft. ``processors``:
-    the target's, from which the draft's are built (``draft_processors``)."""
+def assist_settings(request: PlanRequest) -> AssistSettings | None:
+    """For a plan with a draft model, the settings ``AssistedCandidateGenerator`` takes from the assistant's
+    generation config (its defaults filled in as ``generate`` fills them); the draft buffer holds the most tokens a
+    step can draft. The draft's processors are built from the target's (``draft_processors``)."""
+    assistant, config, max_new_tokens, processors = (request.assistant, request.config, request.max_new_tokens,
+                                                     request.processors)
+    if assistant is None:
+        return None
     own = assistant.generation_config
     defaults = own._get_default_generation_params()
     budget = int(own.num_assistant_tokens if own.num_assistant_tokens is not None
@@ -81,8 +95,16 @@ def assist_settings(config: Any, assistant: PreTrainedModel, max_new_tokens: int
                           heuristic=schedule != "constant", threshold=threshold,
                           accepts_position_ids="position_ids" in parameters,
                           logits_to_keep="logits_to_keep" in parameters,
-                          processors=draft_processors(assistant, config, processors, input_ids)
+                          processors=draft_processors(assistant, config, processors, request.input_ids)
                           if len(processors) > 0 else ())
+
+
+def check_candidates(config: Any, assistant: Any, mode: str) -> None:
+    """Refuse a draft model that ``generate`` does not draft with through ``AssistedCandidateGenerator``."""
+    if assistant is not None and type(assistant).__name__.startswith(OTHER_CANDIDATE_GENERATORS):
+        raise UnsupportedGeneration(f"fullgraph_generate does not support assistant_model={type(assistant).__name__}"
+                                    ": generate drafts with it from the target's shared key-value states "
+                                    "(SinglePositionMultiTokenCandidateGenerator); supported: a causal LM draft")
 
 
 def draft_processors(assistant: PreTrainedModel, config: Any, processors: Any, input_ids: torch.Tensor) -> Any:
@@ -109,7 +131,7 @@ def draft_processors(assistant: PreTrainedModel, config: Any, processors: Any, i
 
 def check_assisted(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tensor, cache: Any, loop: str) -> None:
     """Refuse, naming it, what this loop does not do with a draft model (``generate`` refuses a batch too)."""
-    assert plan.assist is not None
+    settings = plan.settings(AssistSettings)
     if int(input_ids.shape[0]) != 1:
         raise UnsupportedGeneration(f"assisted decoding takes one prompt, as generate's does (got batch "
                                     f"{int(input_ids.shape[0])})")
@@ -117,14 +139,15 @@ def check_assisted(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Te
         raise UnsupportedGeneration(f"assisted decoding with min_length={plan.config.min_length} (or min_new_tokens):"
                                     " generate hands the draft model's generate a min_new_tokens of its own each "
                                     "step; supported: every other logits processor the loop runs")
-    loop_processors.check_processors([*plan.processors, *plan.assist.processors], "assisted decoding", "")
-    if plan.assist.threshold > 0 and _sklearn_installed():
+    loop_processors.check_processors([*plan.processors, *settings.processors], "assisted decoding", "")
+    if settings.threshold > 0 and _sklearn_installed():
         raise UnsupportedGeneration("assisted decoding with assistant_confidence_threshold="
-                                    f"{plan.assist.threshold} where scikit-learn is installed: generate then moves "
+                                    f"{settings.threshold} where scikit-learn is installed: generate then moves "
                                     "the threshold by a ROC curve on the host after every step; set the assistant's "
                                     "assistant_confidence_threshold=0 or uninstall scikit-learn")
-    check_rollback(model, cache, "assisted decoding")
-    check_rollback(plan.assist.assistant, draft_cache(plan, input_ids, loop), "assisted decoding's draft model")
+    drafting.check_rollback(model, cache, "assisted decoding")
+    drafting.check_rollback(settings.assistant, draft_cache(plan, input_ids, loop),
+                            "assisted decoding's draft model")
 
 
 def _sklearn_installed() -> bool:
@@ -154,17 +177,17 @@ def draft(settings: AssistSettings, state: Assisted, eos: torch.Tensor | None, c
         chunk, begin = prompt, torch.zeros((), dtype=torch.long, device=prompt.device)
     else:
         begin = state.length - 2
-        roll_back(cache, begin)  # the crop: the draft's cache holds the tokens before the last two
+        drafting.roll_back(cache, begin)  # the crop: the draft's cache holds the tokens before the last two
         chunk = state.sequence.index_select(1, begin + torch.arange(2, device=begin.device))
     tokens, stops, all_scores = [], [], []
-    drafting = (budget > 0) & state.running  # generate calls no draft model when nothing may be drafted
+    active = (budget > 0) & state.running  # generate calls no draft model when nothing may be drafted
     processors = settings.processors
     sequence = state.sequence  # as the draft's generate sees it: the tokens drafted so far written after it
     for index in range(settings.draft):
         scores = _draft_scores(settings, chunk, begin, cache, mask, pads)
         if len(processors) > 0:
             scores = loop_processors.process(processors, sequence, state.length + index, scores)
-        token = speculative.sample_draft_token(scores, drafting) if sample else torch.argmax(scores, dim=-1)
+        token = speculative.sample_draft_token(scores, active) if sample else torch.argmax(scores, dim=-1)
         stop = torch.zeros_like(token, dtype=torch.bool)
         if eos is not None:
             stop = stop | torch.isin(token, eos)
@@ -175,7 +198,7 @@ def draft(settings: AssistSettings, state: Assisted, eos: torch.Tensor | None, c
         tokens.append(token)
         stops.append(stop)
         all_scores.append(scores)
-        drafting = drafting & ~stop[0] & (len(tokens) < budget)
+        active = active & ~stop[0] & (len(tokens) < budget)
         begin = begin + chunk.shape[1]
         chunk = token[:, None]
     stopped = torch.cat(stops)
@@ -188,35 +211,29 @@ def _draft_scores(settings: AssistSettings, chunk: torch.Tensor, begin: torch.Te
     """The draft model's next-token scores after ``chunk`` (its first position at ``begin``), in float32."""
     kwargs: dict[str, Any] = {"use_cache": True}
     if settings.accepts_position_ids:
-        kwargs["position_ids"] = chunk_positions(begin, chunk, pads)
+        kwargs["position_ids"] = drafting.chunk_positions(begin, chunk, pads)
     if settings.logits_to_keep:
         kwargs["logits_to_keep"] = 1
     return last_scores(settings.assistant(input_ids=chunk, cache=cache, attention_mask=mask, **kwargs).logits)
 
 
-def _step(model: PreTrainedModel, plan: DecodePlan, settings: AssistSettings, state: Assisted, caches: tuple[Any, Any],
-          mask: torch.Tensor, pads: torch.Tensor, max_length: Any, prompt: torch.Tensor | None = None) -> Assisted:
-    """One draft-and-verify step: the draft model drafts, the target verifies and keeps (``lookup.accept``), and
-    the schedule moves the budget by whether the whole draft was kept."""
+def _step(model: PreTrainedModel, plan: DecodePlan, settings: AssistSettings, mask: torch.Tensor, pads: torch.Tensor,
+          state: Assisted, caches: tuple[Any, ...], max_length: Any, prompt: torch.Tensor | None) -> Assisted:
+    """One draft-and-verify step (a ``drafting.Step`` once the first five are bound): the draft model drafts, the
+    target verifies and keeps (``drafting.verify``), and the schedule moves the budget by whether the whole draft
+    was kept."""
     cache, draft_cache = caches
     drafted = draft(settings, state, plan.eos, draft_cache, mask, pads, max_length, prompt, plan.do_sample)
     tokens, count = drafted.tokens, drafted.length
     select = partial(speculative.speculative_selection, draft_scores=drafted.scores, running=state.running) \
-        if plan.do_sample else greedy_selection
-    kept = verify(model, plan, settings, Lookup(state.sequence, state.length, state.running), tokens, count, cache,
-                  mask, pads, max_length, prompt, select)
+        if plan.do_sample else drafting.greedy_selection
+    kept = drafting.verify(model, plan, settings, drafting.State(state.sequence, state.length, state.running), tokens,
+                           count, cache, mask, pads, max_length, prompt, select)
     budget = state.budget.clone()  # a while_loop body may not return its input itself
     if settings.heuristic:
         whole = kept.length - state.length - 1 == count
         budget = torch.where(state.running, torch.where(whole, budget + 2, (budget - 1).clamp(min=1)), budget)
     return Assisted(*kept, budget)
-
-
-def _start(settings: AssistSettings, input_ids: torch.Tensor,
-           attention_mask: torch.Tensor) -> tuple[Assisted, torch.Tensor, torch.Tensor]:
-    state, mask, pads = start(settings, input_ids, attention_mask)
-    budget = torch.full((), settings.first_budget, dtype=torch.long, device=input_ids.device)
-    return Assisted(*state, budget), mask, pads
 
 
 def initialize_before_draws(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tensor,
@@ -228,64 +245,50 @@ def initialize_before_draws(model: PreTrainedModel, plan: DecodePlan, input_ids:
     eager runs skip it."""
     if plan.do_sample and loop_tracing.traced():
         origin = torch.zeros_like(pads[0, 0])
-        verified_logits(model, plan, input_ids, chunk_positions(origin, input_ids, pads), mask, cache, 1)
-        roll_back(cache, origin)
+        positions = drafting.chunk_positions(origin, input_ids, pads)
+        drafting.verified_logits(model, plan, input_ids, positions, mask, cache, 1)
+        drafting.roll_back(cache, origin)
 
 
 def draft_cache(plan: DecodePlan, input_ids: torch.Tensor, loop: str) -> Any:
     """The draft model's own cache, made inside the loop (so an exported program makes its own), as long as the
     target's: the draft writes up to its buffer past the last kept token too."""
-    assert plan.assist is not None
-    return new_cache(plan.assist.assistant, plan, cache_length(input_ids, plan), loop)
+    return new_cache(plan.settings(AssistSettings).assistant, plan, cache_length(input_ids, plan), loop)
+
+
+def _begin(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tensor, attention_mask: torch.Tensor, cache: Any,
+           loop: str) -> tuple[drafting.Step, Assisted, tuple[Any, Any]]:
+    """Either form's start: the step, the state before it (the budget at ``num_assistant_tokens``) and both caches."""
+    settings = plan.settings(AssistSettings)
+    state, mask, pads = drafting.start(settings, input_ids, attention_mask)
+    budget = torch.full((), settings.first_budget, dtype=torch.long, device=input_ids.device)
+    caches = (cache, draft_cache(plan, input_ids, loop))
+    initialize_before_draws(model, plan, input_ids, mask, pads, cache)
+    return partial(_step, model, plan, settings, mask, pads), Assisted(*state, budget), caches
 
 
 def assisted_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                   cache: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """Assisted decoding unrolled: ``max_new_tokens`` steps (each keeps a token at least), those after the last
-    token changing nothing; returns the sequence buffer and the tokens generated (``exported.trimmed`` cuts it)."""
-    assert plan.assist is not None
-    settings = plan.assist
-    state, mask, pads = _start(settings, input_ids, attention_mask)
-    caches = (cache, draft_cache(plan, input_ids, "unrolled"))
-    initialize_before_draws(model, plan, input_ids, mask, pads, cache)
-    state = _step(model, plan, settings, state, caches, mask, pads, settings.max_length, prompt=input_ids)
-    for _ in range(plan.max_new_tokens - 1):
-        state = _step(model, plan, settings, state, caches, mask, pads, settings.max_length)
-    return state.sequence, state.length - input_ids.shape[1]
+    """Assisted decoding unrolled (``drafting.unrolled_loop``)."""
+    step, state, caches = _begin(model, plan, input_ids, attention_mask, cache, "unrolled")
+    max_length = plan.settings(AssistSettings).max_length
+    return drafting.unrolled_loop(step, state, caches, input_ids, max_length, plan.max_new_tokens)
 
 
 def assisted_while_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tensor,
                         attention_mask: torch.Tensor, cache: Any,
                         limit: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Assisted decoding with the steps after the first as a ``while_loop`` body carrying both models' caches,
-    exiting when generation ends (or ``limit`` tokens are reached: the buffers stay sized for the plan)."""
-
-    from pytest_fullgraph.loop import state as loop_state
-
-    assert plan.assist is not None
-    settings = plan.assist
-    state, mask, pads = _start(settings, input_ids, attention_mask)
+    """Assisted decoding in the ``while`` form (``drafting.while_loop``), carrying both models' caches, ending at
+    ``limit`` tokens when given."""
+    step, state, caches = _begin(model, plan, input_ids, attention_mask, cache, "while")
+    settings = plan.settings(AssistSettings)
     max_length = settings.max_length if limit is None else input_ids.shape[1] + limit
-    drafts = draft_cache(plan, input_ids, "while")
-    initialize_before_draws(model, plan, input_ids, mask, pads, cache)
-    state = _step(model, plan, settings, state, (cache, drafts), mask, pads, max_length, prompt=input_ids)
-    carried, carried_draft = loop_state.CarriedCache(cache), loop_state.CarriedCache(drafts)
-    split = len(carried.slots)
-
-    def condition(sequence: torch.Tensor, length: torch.Tensor, running: torch.Tensor, budget: torch.Tensor,
-                  *tensors: torch.Tensor) -> torch.Tensor:
-        return running.clone()
-
-    def body(sequence: torch.Tensor, length: torch.Tensor, running: torch.Tensor, budget: torch.Tensor,
-             *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        caches = (carried.rebuild(tensors[:split]), carried_draft.rebuild(tensors[split:]))
-        after = _step(model, plan, settings, Assisted(sequence, length, running, budget), caches, mask, pads,
-                      max_length)
-        return (*after, *carried.tensors(caches[0]), *carried_draft.tensors(caches[1]))
-
-    final = loop_tracing.run_while(condition, body, (*state, *carried.tensors(), *carried_draft.tensors()))
-    return final[0], final[1] - input_ids.shape[1]
+    return drafting.while_loop(step, state, caches, input_ids, max_length)
 
 
-#: The assisted-decoding loop of each loop form.
-ASSISTED_LOOPS = {"unrolled": assisted_loop, "while": assisted_while_loop}
+#: Assisted decoding's row in the mode table; an exported program holds the draft model (its weights are the
+#: program's too).
+MODE = drafting.row("assisted", "assisted decoding", plan=assist_settings, check=check_assisted,
+                    check_config=check_candidates,
+                    models=lambda plan: {"assistant": plan.settings(AssistSettings).assistant},
+                    loops={"unrolled": assisted_loop, "while": assisted_while_loop})

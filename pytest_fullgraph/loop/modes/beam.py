@@ -19,8 +19,9 @@ from pytest_fullgraph.loop import processors as loop_processors
 from pytest_fullgraph.loop import state as loop_state
 from pytest_fullgraph.loop import tracing as loop_tracing
 from pytest_fullgraph.loop.modes import beam_search
-from pytest_fullgraph.loop.modes.beam_search import Beams, Length
-from pytest_fullgraph.loop.steps import DecodePlan, forward_kwargs, generate_mask, last_scores
+from pytest_fullgraph.loop.modes.beam_search import Beams, BeamSettings, Length
+from pytest_fullgraph.loop.modes.table import DecodePlan, Mode
+from pytest_fullgraph.loop.steps import forward_kwargs, generate_mask, last_scores
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -32,6 +33,8 @@ ROW_DIMENSION = {"keys": 0, "values": 0, "indexer_keys": 0, "indexer_position_id
 #: Layer classes whose per-row state is all in ``ROW_DIMENSION``'s tensors.
 REORDERABLE = loop_state.CARRIED_LAYERS | {"StaticSlidingWindowLayer",
                                           "LinearAttentionAndStaticSlidingWindowAttentionLayer"}
+#: ``planning.UNSUPPORTED_SETTINGS`` that beam search honours: its width, how many beams it returns, and its scores.
+BEAM_SETTINGS = ("num_beams", "num_return_sequences", "output_scores", "return_dict_in_generate")
 
 
 class BeamOutput(NamedTuple):
@@ -45,7 +48,15 @@ class BeamOutput(NamedTuple):
     step_scores: torch.Tensor
 
 
-def check_reorderable(model: PreTrainedModel, cache: Any) -> None:
+def check_stop_strings(config: Any, assistant: Any, mode: str) -> None:
+    """Refuse stop strings with beams: a beam's end is an EOS id or the length limit."""
+    if mode in MODE.generation_modes and config.stop_strings is not None:
+        raise UnsupportedGeneration("fullgraph_generate does not support stop_strings with beam search "
+                                    "(supported: EOS ids and max_new_tokens end beams)")
+
+
+def check_reorderable(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tensor, cache: Any,
+                      loop: str) -> None:
     """Refuse, naming it, a cache layer whose rows cannot follow the beams by a gather."""
     for layer in cache.layers:
         if type(layer).__name__ not in REORDERABLE:
@@ -72,8 +83,7 @@ def reorder_cache(cache: Any, rows: torch.Tensor) -> None:
 def expanded(plan: DecodePlan, input_ids: torch.Tensor,
              attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Each prompt repeated once per beam, as ``generate`` expands its inputs."""
-    assert plan.beams is not None
-    width = plan.beams.num_beams
+    width = plan.settings(BeamSettings).num_beams
     return input_ids.repeat_interleave(width, dim=0), attention_mask.repeat_interleave(width, dim=0)
 
 
@@ -93,8 +103,7 @@ def _hits(plan: DecodePlan, sequences: torch.Tensor, length: Length, last_step: 
 def _step(plan: DecodePlan, beams: Beams, log_probs: torch.Tensor, length: Length, prompt_length: Length,
           divisor: Any, max_new_tokens: Length) -> tuple[Beams, torch.Tensor]:
     """One step's choice, from this step's processed scores: ``generate``'s c. to g. of ``_beam_search``."""
-    assert plan.beams is not None
-    settings = plan.beams
+    settings = plan.settings(BeamSettings)
     scores, sequences, indices = beam_search.candidates(settings, plan.do_sample, beams, log_probs, length,
                                                         prompt_length)
     new_tokens = length + 1 - prompt_length
@@ -116,8 +125,7 @@ def _log_probs(plan: DecodePlan, logits: torch.Tensor, sequences: torch.Tensor, 
 def beam_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tensor, attention_mask: torch.Tensor,
               cache: Any) -> BeamOutput:
     """Beam search unrolled: every step in the graph, those after ``generate``'s stop changing nothing."""
-    assert plan.beams is not None
-    settings = plan.beams
+    settings = plan.settings(BeamSettings)
     input_ids, attention_mask = expanded(plan, input_ids, attention_mask)
     prompt_length = int(input_ids.shape[1])
     beams = beam_search.initial_beams(input_ids, settings, plan.max_new_tokens)
@@ -148,9 +156,9 @@ def beam_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tensor,
 def _divisors(plan: DecodePlan, device: torch.device) -> Any:
     """``n ** length_penalty`` for every n the loop can reach, computed as ``generate`` computes it (a Python
     float) and looked up by a tensor ``n``: the ``while_loop`` body's lengths are tensors."""
-    assert plan.beams is not None
+    penalty = plan.settings(BeamSettings).length_penalty
     # n = 0 never occurs (a step has generated one token at least): its entry only keeps the index simple
-    table = torch.tensor([1.0] + [n ** plan.beams.length_penalty for n in range(1, plan.max_new_tokens + 1)],
+    table = torch.tensor([1.0] + [n ** penalty for n in range(1, plan.max_new_tokens + 1)],
                          dtype=torch.float32, device=device)
     return lambda n: table.index_select(0, n.reshape(1))
 
@@ -160,8 +168,7 @@ def beam_while_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.T
     """Beam search with the decode steps as a ``while_loop`` body that exits at ``generate``'s stop (or after
     ``limit`` tokens, at most the plan's): prefill and its choice outside, the cache's tensors as loop state."""
 
-    assert plan.beams is not None
-    settings = plan.beams
+    settings = plan.settings(BeamSettings)
     input_ids, attention_mask = expanded(plan, input_ids, attention_mask)
     device, bound = input_ids.device, plan.max_new_tokens
     prompt_length = torch.full((), input_ids.shape[1], dtype=torch.long, device=device)
@@ -218,12 +225,14 @@ def _first_step_scores(plan: DecodePlan, log_probs: torch.Tensor, bound: int) ->
     return buffer.index_copy(0, torch.zeros(1, dtype=torch.long, device=log_probs.device), log_probs[None])
 
 
-def beam_result(output: BeamOutput, plan: DecodePlan, prompt_length: int) -> Any:
-    """What ``generate`` returns for these beams: the sequences, or with ``return_dict_in_generate`` its
-    ``GenerateBeamDecoderOnlyOutput`` (scores only with ``output_scores``, as ``generate`` gives them)."""
+def beam_result(outputs: tuple[torch.Tensor, ...], plan: DecodePlan | None, input_ids: torch.Tensor) -> Any:
+    """What ``generate`` returns for a beam loop's outputs (``BeamOutput``'s): the sequences, or with
+    ``return_dict_in_generate`` its ``GenerateBeamDecoderOnlyOutput`` (scores only with ``output_scores``, as
+    ``generate`` gives them); an exported program's callable (``plan`` None) returns the sequences."""
+    output = BeamOutput(*outputs)
     sequences, scores, indices = beam_search.trimmed_beams(output.sequences, output.scores, output.indices,
-                                                           prompt_length)
-    if not plan.config.return_dict_in_generate:
+                                                           int(input_ids.shape[1]))
+    if plan is None or not plan.config.return_dict_in_generate:
         return sequences
     from transformers.generation.utils import GenerateBeamDecoderOnlyOutput
 
@@ -235,5 +244,9 @@ def beam_result(output: BeamOutput, plan: DecodePlan, prompt_length: int) -> Any
                                          scores=cast(Any, step_scores), beam_indices=cast(Any, indices))
 
 
-#: The beam loop of each loop form (``decode.LOOPS`` holds the greedy and sampling ones).
-BEAM_LOOPS = {"unrolled": beam_loop, "while": beam_while_loop}
+#: Beam search's and beam sampling's row in the mode table: the beams multiply the rows a step samples from.
+MODE = Mode("beam", ("beam_search", "beam_sample"), plan=beam_search.beam_settings, check=check_reorderable,
+            check_config=check_stop_strings, honours=BEAM_SETTINGS, honoured_in="beam search and beam sampling",
+            loops={"unrolled": beam_loop, "while": beam_while_loop}, result=beam_result,
+            outputs=len(BeamOutput._fields),
+            noise_width=lambda plan, vocab: vocab * plan.settings(BeamSettings).num_beams)

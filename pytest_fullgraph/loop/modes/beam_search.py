@@ -10,17 +10,33 @@ to the plan. The arithmetic is ``generate``'s, in its order, so scores come out 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import torch
 
 from pytest_fullgraph.loop import sampling_noise
-from pytest_fullgraph.loop.steps import BeamSettings
+from pytest_fullgraph.loop.modes.table import PlanRequest
 
 #: what ``generate`` adds to a score to rule a beam out
 EXCLUDED = -1.0e9
 #: a length as the unrolled loop knows it (a Python int) or the ``while_loop`` body (a 0-d tensor)
 Length = int | torch.Tensor
+
+
+@dataclass(frozen=True)
+class BeamSettings:
+    """What beam search decides on the host (``generate``'s ``_beam_search`` reads them from the config)."""
+
+    num_beams: int
+    num_return_sequences: int
+    length_penalty: float
+    #: True, False or "never", as ``GenerationConfig.early_stopping``
+    early_stopping: bool | str
+    #: candidates kept per row each step: enough that ``num_beams`` stay unfinished if every top one ends
+    beams_to_keep: int
+    #: what unwritten positions of the output hold (``generate``'s ``output_fill_value``)
+    fill: int
 
 
 class Beams(NamedTuple):
@@ -38,8 +54,11 @@ class Beams(NamedTuple):
     improvable: torch.Tensor
 
 
-def beam_settings(config: Any, eos: torch.Tensor | None, pad: torch.Tensor | None) -> BeamSettings:
-    """The settings ``_beam_search`` derives from the config before its loop, as it derives them."""
+def beam_settings(request: PlanRequest) -> BeamSettings | None:
+    """For a config with beams, the settings ``_beam_search`` derives from it before its loop, as it derives them."""
+    config, eos, pad = request.config, request.eos, request.pad
+    if int(config.num_beams) <= 1:
+        return None
     eos_count = int(eos.shape[0]) if eos is not None else 0
     num_beams = int(config.num_beams)
     # generate's `pad_token_id or eos_token_id[0]` (a pad id of 0 counts as none), -1 without EOS ids

@@ -62,7 +62,7 @@ def leading(accepted: torch.Tensor) -> torch.Tensor:
 
 def speculative_selection(tokens: torch.Tensor, count: torch.Tensor, logits: torch.Tensor, draft_scores: torch.Tensor,
                           running: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``_speculative_sampling`` over the draft buffer (a ``lookup.Selection`` once ``draft_scores`` is bound): the
+    """``_speculative_sampling`` over the draft buffer (a ``drafting.Selection`` once ``draft_scores`` is bound): the
     tokens the step keeps (the accepted draft, then the target's draw at ``valid - 1``; past it arbitrary) and how
     many. ``tokens``: the buffer (``K``), ``count`` of them drafted; ``logits``: the target's after the last token
     and each buffered one (``1 x K+1 x vocab``, float32); ``draft_scores``: the draft's (``K x vocab``). Nothing
