@@ -10,7 +10,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_fullgraph.core.names import SCENARIO_FEATURES
 from pytest_fullgraph.core.suggest import LIST_SCENARIOS, select_names
 from pytest_fullgraph.loop.modes import table as mode_table
 from pytest_fullgraph.models.tiny import FIRST_PROMPT_ID
@@ -221,9 +220,6 @@ SCENARIOS: dict[str, Scenario] = {
                  generate_kwargs={"assistant_model": DRAFT}),
     )
 }
-# reports order and label scenarios by ``core.names`` (they may not import this table): it must say the same
-assert [(name, scenario.feature) for name, scenario in SCENARIOS.items()] == list(SCENARIO_FEATURES.items()), (
-    "core.names.SCENARIO_FEATURES differs from SCENARIOS")
 #: The selection keyword for today's four scenarios, the default.
 BASIC = tuple(name for name, scenario in SCENARIOS.items() if scenario.basic)
 

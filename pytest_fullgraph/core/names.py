@@ -3,8 +3,9 @@
 Plain data, importing nothing: reading a report (``report``, ``publish``) orders and labels its levels and scenarios
 from here without importing the levels (torch, transformers) or the scenario table. A report's JSON stores its
 legends with sorted keys, so the legends alone cannot say that ``forward`` comes before ``generate``; older reports
-have no legend for some names at all. ``levels.builtin`` and ``check.scenarios`` check at import that their tables
-say the same as these.
+have no legend for some names at all. ``levels.builtin`` checks at import that its table says the same as these.
+A run records each scenario's feature (``scenario_features``); ``SCENARIO_FEATURES`` labels the reports recorded
+before it, so a new scenario needs no line here.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ HF_LEVEL_NAMES = ("hf_dynamo", "hf_onnx", "hf_executorch", "hf_et_helper")
 #: Every built-in level, in the report's column order (``levels.builtin.BUILTIN_LEVELS``'s).
 BUILTIN_LEVEL_NAMES = OWN_LEVEL_NAMES + HF_LEVEL_NAMES
 
-#: Each built-in scenario's generation feature, in the scenario table's order (``check.scenarios.SCENARIOS``): the
-#: report's feature views name a scenario by its feature.
+#: Each scenario's generation feature as reports recorded before their environment carried ``scenario_features``,
+#: in the scenario table's order then: the report's feature views name a scenario by its feature.
 SCENARIO_FEATURES: dict[str, str] = {
     "greedy": "greedy", "sample": "sample", "eos": "eos", "padded": "padding",
     # logits processors, greedy
@@ -38,5 +39,5 @@ SCENARIO_FEATURES: dict[str, str] = {
     "beam": "beam_search", "beam_sample": "beam_sample", "beam_eos": "beam_eos", "prompt_lookup": "prompt_lookup",
     "assisted": "assisted", "assisted_sample": "assisted_sample",
 }
-#: Every built-in scenario, in the scenario table's order.
+#: Those scenarios, in the table's order then: a later one follows in the run's own order (``scenarios_selected``).
 SCENARIO_NAMES = tuple(SCENARIO_FEATURES)

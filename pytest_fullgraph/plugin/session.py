@@ -107,6 +107,7 @@ class FullgraphSession:
         break help, which comes from torch."""
         descriptions = {"levels": self.levels.descriptions(),
                         "scenarios": {name: scenario.description for name, scenario in SCENARIOS.items()},
+                        "scenario_features": {name: scenario.feature for name, scenario in SCENARIOS.items()},
                         "exactness_settings": {dtype: exactness_settings(self.settings.backend, dtype)
                                                for dtype in self.settings.dtypes}}
         built = report.Report(environment(self.settings.describe(), descriptions, imports=imports),

@@ -24,7 +24,7 @@ UNION_KEYS = ("models", "dtypes")
 #: ``shards_missing``, the shards of the same run no merged report covers (the gate fails on them).
 SHARD_KEY, MISSING_KEY = "shard", "shards_missing"
 #: Dict-valued keys merged key by key (legends of levels and scenarios).
-DICT_KEYS = ("levels", "scenarios", "exactness_settings")
+DICT_KEYS = ("levels", "scenarios", "scenario_features", "exactness_settings")
 
 
 def merge(reports: Iterable[tuple[str, Report]]) -> Report:

@@ -189,7 +189,7 @@ def _feature_sections(report: Report, checks: list[CheckResult]) -> list[str]:
     for scenario in scenarios:
         cells = ["".join(_GLYPHS.get(by_key[(model, scenario, level)].outcome, "?") if (model, scenario, level)
                          in by_key else "·" for level in levels) for model in models]
-        lines.append(f"| {_feature_label(scenario)} | " + " | ".join(cells) + " |")
+        lines.append(f"| {_feature_label(scenario, report)} | " + " | ".join(cells) + " |")
     return [*lines, ""]
 
 
@@ -208,7 +208,7 @@ def feature_level_table(report: Report, checks: list[CheckResult]) -> list[str]:
             counts = Counter(result.outcome for result in by_cell.get((scenario, level), []))
             cells.append(" ".join(f"{_GLYPHS.get(outcome, outcome)} {counts[outcome]}" for outcome in OUTCOMES
                                   if counts[outcome]) or "—")
-        lines.append(f"| {_feature_label(scenario)} | " + " | ".join(cells) + " |")
+        lines.append(f"| {_feature_label(scenario, report)} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -216,8 +216,11 @@ def _glyph_legend() -> str:
     return ", ".join(f"{glyph} {outcome}" for outcome, glyph in _GLYPHS.items())
 
 
-def _feature_label(scenario: str) -> str:
-    feature = SCENARIO_FEATURES.get(scenario, scenario)
+def _feature_label(scenario: str, report: Report) -> str:
+    """A scenario named by its feature: as the run recorded it, else (reports from before the run recorded it) as
+    the built-in scenarios had it."""
+    feature = (report.environment.get("scenario_features") or {}).get(scenario) or SCENARIO_FEATURES.get(scenario,
+                                                                                                         scenario)
     return f"{feature} (`{scenario}`)" if feature != scenario else f"`{scenario}`"
 
 
