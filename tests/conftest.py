@@ -16,9 +16,10 @@ import transformers.models.auto.modeling_auto  # noqa: F401
 
 pytest_plugins = ["pytester"]
 
-#: Why a ``breadth`` test is skipped by default: the breadth tests that build whole programs (AOTInductor) or run the
-#: suite many times over keep `.ci/run` past its minutes; the workflow's ``plugin`` job runs them on every pull
-#: request.
+#: Why a ``breadth`` test is skipped by default: the tests that build whole programs (AOTInductor), run the suite many
+#: times over, or take 15 s and more in fresh processes (measured per test, bench/results/main-command.md) keep
+#: `.ci/run` past its minutes; each behaviour keeps a quicker test in the default run, and the workflow's ``plugin``
+#: job runs them all on every pull request.
 SLOW_REASON = "a slow breadth test of the plugin: run with --slow-tests (the workflow's plugin job does)"
 
 

@@ -14,15 +14,11 @@ from pathlib import Path
 import pytest
 
 from pytest_fullgraph import __main__ as command_line
+from tests import REPOSITORY
+from tests.factories import cli
 
-ROOT = Path(__file__).parent.parent
 SUBCOMMANDS = {"report": ("merge", "diff", "collate", "findings"), "versions": (), "models": (), "scenarios": (),
                "levels": ()}
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pytest_fullgraph", *args], capture_output=True, text=True,
-                          check=False, timeout=300)
 
 
 def test_version_reads_the_metadata_without_importing_torch() -> None:
@@ -71,6 +67,7 @@ def test_a_command_without_its_subcommand_prints_their_help(args: list[str]) -> 
 
 
 @pytest.mark.parametrize("args", [["scenarios"], ["scenarios", "--json"], ["models", "llama", "--no-build"]])
+@pytest.mark.breadth
 def test_a_closed_pipe_ends_quietly(args: list[str]) -> None:
     """``... | head`` closes the pipe early: no BrokenPipeError traceback, and SIGPIPE's status as Unix tools give."""
     process = subprocess.Popen([sys.executable, "-m", "pytest_fullgraph", *args], stdout=subprocess.PIPE,
@@ -83,6 +80,7 @@ def test_a_closed_pipe_ends_quietly(args: list[str]) -> None:
     assert b"Traceback" not in error and b"BrokenPipe" not in error and b"Exception ignored" not in error
 
 
+@pytest.mark.breadth
 def test_bad_shard_costs_name_the_option_and_the_file(tmp_path: Path) -> None:
     packed = tmp_path / "costs.json.gz"
     packed.write_bytes(gzip.compress(b"{not json"))
@@ -90,7 +88,7 @@ def test_bad_shard_costs_name_the_option_and_the_file(tmp_path: Path) -> None:
     assert completed.returncode == 2
     assert completed.stderr == f"pytest_fullgraph: error: --shard-costs: {packed}: not valid JSON (Expecting " \
                                "property name enclosed in double quotes: line 1 column 2 (char 1))\n"
-    stored = ROOT / "bench" / "reports" / "matrix-a-f.json.gz"
+    stored = REPOSITORY / "bench" / "reports" / "matrix-a-f.json.gz"
     good = cli("models", "llama,gemma", "--no-build", "--shard", "1/2", "--shard-costs", str(stored))
     assert good.returncode == 0, good.stderr
 
@@ -114,7 +112,7 @@ def test_bad_shard_costs_in_a_run_name_the_option_and_the_file(pytester: pytest.
 
 def test_a_gzipped_report_balances_the_shards_of_a_run(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_x():\n    pass\n")
-    stored = ROOT / "bench" / "reports" / "matrix-a-f.json.gz"
+    stored = REPOSITORY / "bench" / "reports" / "matrix-a-f.json.gz"
     result = pytester.runpytest("--collect-only", "--fullgraph-shard=1/2", f"--fullgraph-shard-costs={stored}")
     assert result.ret == pytest.ExitCode.OK, result.stderr.str()
 

@@ -12,10 +12,8 @@ from pathlib import Path
 import pytest
 
 from pytest_fullgraph.plugin import shipped_suite
-from tests import readme_summary
+from tests import REPOSITORY, readme_summary
 from tests.conftest import checks_by_id, read_report
-
-REPOSITORY = Path(__file__).resolve().parents[1]
 
 
 def test_selecting_models_in_an_empty_project_runs_the_shipped_suite(toy_project: pytest.Pytester,
@@ -80,6 +78,7 @@ def test_an_installation_without_the_suite_is_a_usage_error_saying_what_to_do(
         shipped_suite.suite_directory()
 
 
+@pytest.mark.breadth
 def test_in_this_repository_the_suite_is_collected_once() -> None:
     completed = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
                                 "--fullgraph-models=llama"], cwd=REPOSITORY, capture_output=True, text=True,
@@ -118,6 +117,7 @@ register_model("mine", build_mine)
 """
 
 
+@pytest.mark.breadth
 def test_a_non_editable_install_runs_the_suite_from_site_packages(tmp_path: Path) -> None:
     """The package as pip installs it (a built wheel, not this checkout), in a project outside the repository,
     on the user's own model in float32 and bfloat16 (README: "Your model, your repository")."""

@@ -3,17 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from pytest_fullgraph.__main__ import main
-
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pytest_fullgraph", "models", *args], capture_output=True,
-                          text=True, timeout=300, check=False)
+from tests.factories import cli
 
 
 def run_here(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -27,7 +21,7 @@ def run_here(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, 
 
 
 def test_json_rows_say_class_size_flag_tags_and_status() -> None:
-    completed = run("llama,mamba,musicgen", "--json")
+    completed = cli("models", "llama,mamba,musicgen", "--json")
     assert completed.returncode == 0, completed.stderr
     rows = {row["name"]: row for row in json.loads(completed.stdout)}
     assert rows["llama"]["status"] == "ok" and rows["llama"]["class"] == "LlamaForCausalLM"
@@ -48,15 +42,16 @@ def test_the_table_and_its_summary_line(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_a_bad_selection_is_a_one_line_error() -> None:
-    completed = run("lama")
+    completed = cli("models", "lama")
     assert completed.returncode == 2
     assert completed.stderr.startswith("pytest_fullgraph: error: unknown model 'lama' (did you mean llama, ")
     assert "python -m pytest_fullgraph models --no-build lists all" in completed.stderr
     assert len(completed.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.breadth
 def test_a_model_that_prints_does_not_corrupt_the_json() -> None:
-    completed = run("reformer", "--json")  # transformers' reformer prints a warning on stdout at every step
+    completed = cli("models", "reformer", "--json")  # transformers' reformer prints a warning on stdout at every step
     assert completed.returncode == 0, completed.stderr
     assert json.loads(completed.stdout)[0]["status"] == "ok"
     assert "not a recognized input" in completed.stderr

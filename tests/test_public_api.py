@@ -6,13 +6,12 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 import pytest_fullgraph
+from tests import REPOSITORY
 
-ROOT = Path(__file__).parents[1]
 #: The names the docs teach; a name taken away from the package breaks users and must fail here first.
 PINNED = {"fullgraph_generate", "export_generate", "UnsupportedGeneration", "load_generate", "save_generate",
           "register_model", "build_tiny", "tiny_config", "Level", "GraphRule", "ONE_GRAPH", "AT_LEAST_ONE_GRAPH",
@@ -46,7 +45,7 @@ def test_importing_the_package_loads_no_torch_and_none_of_its_modules() -> None:
 def test_the_docs_import_only_from_the_package_itself() -> None:
     """Every ``from pytest_fullgraph... import`` in README and docs names the package (or its plugin), not a module
     that a layout change may move."""
-    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    pages = [REPOSITORY / "README.md", *sorted((REPOSITORY / "docs").glob("*.md"))]
     imports = {f"{page.name}: {match.group(0)}" for page in pages
                for match in re.finditer(r"^\s*from (pytest_fullgraph[\w.]*) import .*$", page.read_text(), re.M)}
     assert imports

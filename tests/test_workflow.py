@@ -16,7 +16,8 @@ import pytest
 import torch
 import yaml
 
-REPOSITORY = Path(__file__).resolve().parents[1]
+from tests import REPOSITORY
+
 WORKFLOW = REPOSITORY / ".github" / "workflows" / "fullgraph.yml"
 #: What a dry run puts for the workflow's expressions and variables.
 SAMPLE_VALUES = {"matrix.shard": "1", "matrix.torch": "2.13.0", "github.run_number": "7",
@@ -84,6 +85,7 @@ def test_pull_requests_run_the_fast_tier_and_the_schedule_the_slow_one_over_ever
 
 @pytest.mark.parametrize(("job", "line", "environment"), commands(),
                          ids=[f"{job}-{' '.join(line.split()[2:4])}" for job, line, _ in commands()])
+@pytest.mark.breadth
 def test_every_command_names_options_and_entry_points_that_exist(job: str, line: str, environment: dict[str, str],
                                                                  tmp_path: Path) -> None:
     argv = substituted(line, environment)
@@ -100,7 +102,7 @@ def test_every_command_names_options_and_entry_points_that_exist(job: str, line:
             return
         assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-2000:]
         if "tests" in argv:  # the plugin's own tests, not the suite
-            assert "tests/test_artifacts.py::" in completed.stdout
+            assert "tests/levels/test_artifacts.py::" in completed.stdout
             return
         assert "test_generation_compiles_exactly" in completed.stdout
     elif "recheck" in argv:  # rerunning 20 checks is the weekly job's; its options and reports must exist
