@@ -90,5 +90,8 @@ def test_the_same_op_planted_in_a_models_forward_stays_an_xfail(toy_project: pyt
                                    "greedy and decode", "-p", "no:cacheprovider", f"--fullgraph-report={tmp_path}")
     result.assert_outcomes(xfailed=1)
     assert result.ret == 0
-    first = checks_by_id(read_report(tmp_path))["toy_break-greedy-decode"]["first_break"]
+    written = read_report(tmp_path)
+    first = checks_by_id(written)["toy_break-greedy-decode"]["first_break"]
     assert (first["file"], first["line"], first["origin"]) == ("conftest.py", PLANTED_BREAK_LINE, "user")
+    # the run records each scenario's feature, which the report's feature views label scenarios by
+    assert written["environment"]["scenario_features"]["padded"] == "padding"

@@ -90,3 +90,25 @@ def test_break_sites_of_one_file_are_in_line_order() -> None:
     assert [site["where"] for site in grouped_sites(checks)] == [
         "transformers/utils.py:396", "transformers/utils.py:1452", "transformers/utils.py:2899"]
     assert location_key("<unknown location>") == ("<unknown location>", 0)
+
+
+def test_a_scenario_is_labelled_by_the_feature_its_run_recorded() -> None:
+    """A new scenario's feature comes from the run (``scenario_features``), so it needs no line in ``core.names``;
+    a report recorded before the run wrote it is labelled as the built-in scenarios were."""
+    from pytest_fullgraph.report.render import feature_level_table
+
+    checks = [CheckResult("llama", scenario, "decode", "aot_eager", 4, "pass") for scenario in ("beam", "twin")]
+    recorded = feature_level_table(report.Report({"scenario_features": {"twin": "twin_search"}}, checks), checks)
+    assert any(line.startswith("| beam_search (`beam`) |") for line in recorded)
+    assert any(line.startswith("| twin_search (`twin`) |") for line in recorded)
+    older = feature_level_table(report.Report({}, checks), checks)
+    assert any(line.startswith("| `twin` |") for line in older)
+
+
+def test_a_run_records_every_scenarios_feature_and_merge_keeps_them() -> None:
+    from pytest_fullgraph.check.scenarios import SCENARIOS
+
+    features = {name: scenario.feature for name, scenario in SCENARIOS.items()}
+    first = report.Report({"scenario_features": dict(list(features.items())[:3])}, [])
+    second = report.Report({"scenario_features": dict(list(features.items())[3:])}, [])
+    assert report.merge([("a", first), ("b", second)]).environment["scenario_features"] == features
