@@ -68,7 +68,7 @@ from generation_tables import (
     variants_line,
 )
 
-#: What other code uses of this file: ``table`` renders a run's raw output (tests/test_bench_results.py finds it
+#: What other code uses of this file: ``table`` renders a run's raw output (tests/bench/test_bench_results.py finds it
 #: here by the raw output's ``bench`` name).
 __all__ = ["failure", "main", "measure_one", "table"]
 

@@ -1,7 +1,7 @@
 """The raw output of a bench command, committed under ``bench/results/`` beside the results page whose table it makes.
 
 A table made from raw output sits right under the line ``<!-- table: bench/results/NAME.json -->`` on its topic's
-page (``bench/results/*.md``); ``tests/test_bench_results.py`` renders it again from the file with the bench
+page (``bench/results/*.md``); ``tests/bench/test_bench_results.py`` renders it again from the file with the bench
 command's ``table(raw)`` and fails where the page differs. A table that is not (a pytest run's wall times, a table
 measured before raw outputs were kept) sits under ``<!-- typed: WHY -->`` instead, so no table's origin is left
 unsaid. No torch import.
