@@ -192,7 +192,10 @@ class _ReferenceFunction:
 
 
 def _compiled(function: Any) -> Any:
-    """The while form captured by dynamo (uncompiled, its body runs in Python)."""
+    """The while form captured by dynamo (uncompiled, its body runs in Python), from a fresh dynamo: a worker's
+    earlier compiles of other shapes would make this one's sizes dynamic, and the ``while_loop`` then takes the
+    attention scale as a ``SymFloat`` input, which it refuses (a second request's recompile: issue #45)."""
+    torch._dynamo.reset()
     return torch.compile(function, fullgraph=True, backend="eager")
 
 
