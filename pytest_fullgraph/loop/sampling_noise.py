@@ -3,7 +3,7 @@ or noise given to an exported program as an input, for runtimes that have no gen
 
 ``torch.multinomial(probs, k)`` without replacement draws ``q``, Exp(1) noise of ``probs``' shape, from the
 generator and returns the ``k`` largest of ``probs / q`` (the arg-max for ``k = 1``); measured equal, same seed,
-on 200 draws each for k = 1 and k = 8 (``tests/test_sampling_noise.py`` keeps checking k = 1 and 5 on the
+on 200 draws each for k = 1 and k = 8 (``tests/loop/test_sampling_noise.py`` keeps checking k = 1 and 5 on the
 installed torch). A program fed the
 same draws, made on the host from the same generator state, one per step in the order ``generate`` makes them, so
 picks exactly ``generate``'s tokens, and its only random operator is gone.

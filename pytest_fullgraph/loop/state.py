@@ -89,7 +89,7 @@ def loop_cache(model: Any, max_cache_len: int) -> Any:
 
 #: Attributes of transformers' cache layers that change while decoding, by name (older dynamo cannot list an
 #: object's attributes): tensors, and dicts of per-state tensors (linear attention's conv and recurrent states).
-#: ``tests/test_loop_state.py`` checks that these cover every tensor each carried layer class holds after prefill.
+#: ``tests/loop/test_loop_state.py`` checks that these cover every tensor each carried layer class holds after prefill.
 CARRIED_TENSORS = ("keys", "values", "cumulative_length", "indexer_keys", "indexer_cumulative_length",
                    "indexer_position_ids")
 CARRIED_TENSOR_DICTS = ("conv_states", "recurrent_states")

@@ -4,7 +4,7 @@ summary, ``report upstream``'s drafts and the findings page) say "known: URL" be
 import.
 
 To add an entry: a ``KnownIssue`` in ``KNOWN_ISSUES`` with the address, a short title, the status and the fewest
-signature fields that single the failure out, and a line in ``RECORDED`` of ``tests/test_known_issues.py``
+signature fields that single the failure out, and a line in ``RECORDED`` of ``tests/report/test_known_issues.py``
 (the models and the words of the failure it covers), which checks that the entry matches records of the reports
 under ``bench/reports/`` and only those.
 """
