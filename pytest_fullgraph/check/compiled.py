@@ -8,6 +8,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from pytest_fullgraph.check.state import CheckRun, explained_difference
+from pytest_fullgraph.check.variations import try_variations
 from pytest_fullgraph.core import breaks, compile_events
 from pytest_fullgraph.core.compute import forget_compiled, peak_cuda_memory
 from pytest_fullgraph.core.generation import seeded
@@ -31,10 +32,11 @@ def compile_and_compare(run: CheckRun, eager: torch.Tensor) -> None:
         return seeded(run.seed, lambda: level.run_compiled(run.model, run.inputs, config, backend))
 
     with compile_events.capture_compile_events() as trace:
+        backend = compile_events.counting_backend(result.backend, trace)
         started = time.perf_counter()
         try:
             with peak_cuda_memory(result):
-                compiled = compiled_run(compile_events.counting_backend(result.backend, trace))
+                compiled = compiled_run(backend)
         except breaks.compile_failure_types() as error:
             result.timings["compile_s"] = time.perf_counter() - started
             _judge_compile_failure(run, error)
@@ -53,6 +55,8 @@ def compile_and_compare(run: CheckRun, eager: torch.Tensor) -> None:
         result.outcome, result.message = PASS, f"{counted}tokens equal to eager"
         if result.cudagraph_skips:
             result.message += f"; CUDA graphs skipped: {'; '.join(result.cudagraph_skips)}"
+        if run.second_requests:
+            try_variations(run, eager, backend)
         return
     result.outcome, result.mismatch = MISMATCH, explained_difference(run, eager, compiled)
     cause = seeded(run.seed, lambda: level.mismatch_cause(run.model, run.inputs, config, eager))

@@ -55,6 +55,7 @@ def run_check(
     timeout: float = 0,
     artifacts: Path | None = None,
     artifact_runtime: str = "pt2",
+    recompiles: bool = True,
 ) -> CheckResult:
     """Run one check; never raises for a model's or compiler's failure: that becomes the outcome.
 
@@ -62,6 +63,7 @@ def run_check(
     run the level's diagnostic pass to record every break. ``timeout``: seconds after which the check is stopped
     and recorded as an ``error`` naming the stage it was in (0: no limit). ``artifacts``: a directory where a
     passing check's level saves what it produced (``Level.save_artifact``: the export level's program).
+    ``recompiles``: a pass calls its compiled object again with the level's variations (``check.variations``).
     """
     import torch
 
@@ -72,7 +74,7 @@ def run_check(
     if unavailable is not None:
         result.outcome, result.message = SKIP, f"skipped: {unavailable}"
         return result
-    run = CheckRun(result, model, scenario, level, make_inputs(model, scenario), diagnose)
+    run = CheckRun(result, model, scenario, level, make_inputs(model, scenario), diagnose, recompiles)
     try:
         with time_limit(timeout), torch.no_grad(), reproducible_compute(backend, result.dtype):
             try:

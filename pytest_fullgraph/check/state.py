@@ -30,6 +30,8 @@ class CheckRun:
     level: Level
     inputs: dict[str, Any]
     diagnose: bool
+    #: whether a pass calls its compiled object again with the level's variations (``check.variations``)
+    second_requests: bool = True
     stage: Stage = Stage.EAGER
     #: the scenario's generation config, and the level's reference config built from it
     base: GenerationConfig | None = None

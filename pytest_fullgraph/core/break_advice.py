@@ -61,6 +61,9 @@ KIND_HINTS = {
                                     "fix the break inside it.",
     "FailOnRecompileLimitHit": "The frame recompiled until dynamo's limit: the check's recompile reasons name the "
                                "guard that failed each time.",
+    "Recompile": "A second request recompiled where its level promises none: the guard says which value the compiled "
+                 "code was specialized on and the site where it was read; mark a size dynamic "
+                 "(`torch._dynamo.mark_dynamic`) or keep the value in a tensor rather than a Python number.",
     "InternalTorchDynamoError": "PyTorch failed in its own code while tracing the statement at the site: a PyTorch "
                                 "bug; `python -m pytest_fullgraph repro REPORT CHECK` writes a script to report.",
     "PendingUnbackedSymbolNotFound": "PyTorch lost track of a value read from a tensor's data while tracing the "

@@ -27,12 +27,39 @@ from pytest_fullgraph.core.outcomes import (
     Stage,
     outcome_rank,
 )
+from pytest_fullgraph.core.recompiles import Guard, Variation
 
 __all__ = [
-    "BREAK", "DEFAULT_DTYPE", "DIVERGENCE", "ERROR", "FAILING_OUTCOMES", "MISMATCH", "MODE_NEVER_COMPILES",
-    "NONDETERMINISTIC", "OUTCOMES", "PASS", "READABLE_SCHEMA_VERSIONS", "ROUNDING", "SCHEMA", "SCHEMA_VERSION", "SKIP",
-    "BreakRecord", "CheckKey", "CheckResult", "Frame", "Mismatch", "OutcomeKind", "PrecisionVerdict", "Stage",
-    "add_note", "check_seconds", "first_line", "outcome_rank", "summary",
+    "BREAK",
+    "DEFAULT_DTYPE",
+    "DIVERGENCE",
+    "ERROR",
+    "FAILING_OUTCOMES",
+    "MISMATCH",
+    "MODE_NEVER_COMPILES",
+    "NONDETERMINISTIC",
+    "OUTCOMES",
+    "PASS",
+    "READABLE_SCHEMA_VERSIONS",
+    "ROUNDING",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "SKIP",
+    "BreakRecord",
+    "CheckKey",
+    "CheckResult",
+    "Frame",
+    "Guard",
+    "Mismatch",
+    "OutcomeKind",
+    "PrecisionVerdict",
+    "Stage",
+    "Variation",
+    "add_note",
+    "check_seconds",
+    "first_line",
+    "outcome_rank",
+    "summary",
 ]
 
 SCHEMA = "pytest_fullgraph/report"
@@ -44,13 +71,14 @@ SCHEMA = "pytest_fullgraph/report"
 #: and the derived ``break_help`` section (PyTorch's hints by GB id); version 6 each break's ``cause`` (the break
 #: inside a higher-order op such as ``while_loop``) and each check's ``peak_memory`` (CUDA, bytes); version 7 each
 #: check's ``duration_s``; version 8 each check's ``model_file`` (where a class transformers does not export is
-#: defined, for its reproducer). Optional fields bump it too: a reader refuses fields it does not know, and the bump
-#: turns "malformed report" into "written by a newer pytest_fullgraph: upgrade". The derived top-level
-#: ``known_issues`` (the known upstream issues the checks match) came without a bump: it is recomputed from the
-#: checks, never read back, and readers pass over top-level fields they do not know.
-SCHEMA_VERSION = 8
+#: defined, for its reproducer); version 9 each check's ``variations`` (the second requests of its compiled object,
+#: whether each recompiled, and the guards that failed). Optional fields bump it too: a reader refuses fields it
+#: does not know, and the bump turns "malformed report" into "written by a newer pytest_fullgraph: upgrade". The
+#: derived top-level ``known_issues`` (the known upstream issues the checks match) came without a bump: it is
+#: recomputed from the checks, never read back, and readers pass over top-level fields they do not know.
+SCHEMA_VERSION = 9
 #: Versions this package reads; older reports load with the newer fields at their defaults (float32).
-READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
+READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
 #: The dtype a check runs in unless ``--fullgraph-dtype`` says otherwise, and the one older reports imply.
 DEFAULT_DTYPE = "float32"
 
@@ -165,6 +193,9 @@ class CheckResult:
     #: the most CUDA memory the check's compiled run held at once, in bytes (``torch.cuda.max_memory_allocated``
     #: over that run); None off CUDA
     peak_memory: int | None = None
+    #: the second requests made of a passing check's compiled object (``check.variations``), each with whether it
+    #: recompiled and the guards that failed; empty when none were made
+    variations: list[Variation] = field(default_factory=list)
 
     @property
     def check_id(self) -> str:
@@ -198,6 +229,7 @@ class CheckResult:
         fields["breaks"] = [BreakRecord.from_dict(b) for b in fields.get("breaks", [])]
         if fields.get("mismatch"):
             fields["mismatch"] = Mismatch.from_dict(fields["mismatch"])
+        fields["variations"] = [Variation.from_dict(variation) for variation in fields.get("variations", [])]
         return cls(**fields)
 
 

@@ -119,6 +119,11 @@ class Level:
     #: whether the fast tier's default break mode ("auto") runs the diagnostic pass that records every break of a
     #: breaking check; false where that pass costs much and finds what the first break already says
     every_break_in_fast_tier: bool = True
+    #: the second requests a passing check makes of the same compiled object (``check.variations.VARIATIONS``:
+    #: another prompt length, batch size, setting), each reported with whether it recompiled; () for none
+    variations: tuple[str, ...] = ()
+    #: those of ``variations`` the level promises to serve without a recompile: one that recompiles fails the check
+    no_recompile: tuple[str, ...] = ()
 
     def unavailable_reason(self, device: str) -> str | None:
         """Why the level cannot run on ``device`` (a skip, not a failure), or None when it can."""
@@ -146,6 +151,16 @@ class Level:
                      backend: CountingBackend) -> torch.Tensor:
         """Generate with the level's compilation and ``fullgraph=True``; a graph break raises."""
         raise NotImplementedError
+
+    def run_again(self, model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig,
+                  backend: CountingBackend) -> torch.Tensor:
+        """A second request of what the last ``run_compiled`` compiled, with other inputs or config: by default
+        ``run_compiled`` again with the same backend, which dynamo serves from its cache while the guards hold."""
+        return self.run_compiled(model, inputs, config, backend)
+
+    def recompile_excuse(self, model: PreTrainedModel, variation: str) -> str:
+        """Why a recompile on a promised ``variation`` does not fail the check for this model ("" when it does)."""
+        return ""
 
     def diagnose(self, model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig,
                  backend: CountingBackend) -> None:

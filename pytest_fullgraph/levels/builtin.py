@@ -44,10 +44,26 @@ class _TorchCompileLevel(Level):
         self.run(model, inputs, config, backend, False)
 
 
+#: The second requests of a compiled generation (``check.variations``); the loop's also a shorter generation.
+REQUESTS: tuple[str, ...] = ("same_shape", "prompt_length", "batch_size", "settings")
+LOOP_REQUESTS: tuple[str, ...] = (*REQUESTS, "max_new_tokens")
+
+
 class ForwardLevel(_TorchCompileLevel):
     name = "forward"
     description = ("transformers' supported path: static cache, forward compiled with fullgraph=True, driven by "
                    "model.generate")
+    variations = REQUESTS
+    #: transformers' compile test: a second generation of the same shapes must not recompile
+    no_recompile = ("same_shape",)
+
+    def recompile_excuse(self, model: PreTrainedModel, variation: str) -> str:
+        """transformers' test lets a cache with sliding layers recompile: its layers count tokens in Python ints."""
+        layer_types = getattr(model.config, "layer_types", None) or ()
+        if any("sliding" in str(kind) or "chunked" in str(kind) for kind in layer_types) or (
+                not layer_types and getattr(model.config, "sliding_window", None)):
+            return "the cache has sliding layers, which transformers' compile test lets recompile"
+        return ""
 
     def reference_config(self, config: GenerationConfig) -> GenerationConfig:
         return static_cache_config(config)
@@ -67,6 +83,8 @@ class ForwardLevel(_TorchCompileLevel):
 class GenerateLevel(_TorchCompileLevel):
     name = "generate"
     description = "torch.compile(model.generate, fullgraph=True)"
+    variations = REQUESTS
+    no_recompile = ("same_shape",)
     #: Its every-break pass costs 10-13 s a check on 2 cores (dynamo re-traces generate from each break: 27 frame
     #: compiles for a tiny llama), nearly half the main command's compile time, and finds transformers' own
     #: generation sites alone in 707 of the 764 failing checks recorded over every model (bench/reports/matrix-*).
@@ -86,6 +104,8 @@ class DecodeLevel(_TorchCompileLevel):
     description = "pytest_fullgraph's fullgraph_generate loop compiled with fullgraph=True: exactly one graph"
     graph_rule: GraphRule = ONE_GRAPH
     own_loop = "fullgraph_generate"
+    variations: tuple[str, ...] = LOOP_REQUESTS
+    no_recompile: tuple[str, ...] = ("same_shape",)
     #: the loop form (``decode.LOOPS``)
     loop = "unrolled"
 
@@ -191,6 +211,10 @@ class ExportLevel(DecodeLevel):
     name = "export"
     description = ("torch.export.export(strict=True) of fullgraph_generate's loop, run as an ExportedProgram")
     graph_rule: GraphRule = GRAPHS_NOT_COUNTED
+    #: the program takes the shapes it was exported with and has its settings baked in: a second request of other
+    #: prompts is all it serves, and must (another shape is a new export, not a recompile)
+    variations = ("same_shape",)
+    no_recompile = ("same_shape",)
 
     #: the program of this process's last ``run_compiled`` (checks run one at a time per process), for
     #: ``save_artifact``
@@ -206,6 +230,12 @@ class ExportLevel(DecodeLevel):
                                   **further_arguments(inputs))
         self._last_program = program
         return program(inputs["input_ids"], inputs["attention_mask"])
+
+    def run_again(self, model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig,
+                  backend: CountingBackend) -> torch.Tensor:
+        if self._last_program is None:
+            raise RuntimeError("no exported program to call again: run_compiled has not run in this process")
+        return self._last_program(inputs["input_ids"], inputs["attention_mask"])
 
     def save_artifact(self, path: Path, model_name: str, runtime: str = "pt2") -> Path | None:
         from pytest_fullgraph.levels.artifacts import save_generate

@@ -117,5 +117,5 @@ def run_settings(settings: Settings) -> dict[str, Any]:
 
     return {"backend": settings.backend, "max_new_tokens": settings.max_new_tokens, "torch": torch.__version__,
             "transformers": transformers.__version__, "device": settings.device,
-            "attn_implementation": settings.attn_implementation}
+            "attn_implementation": settings.attn_implementation, "recompiles": settings.recompiles}
 

@@ -27,6 +27,7 @@ from pytest_fullgraph.plugin.parsers import (
     DTYPES,
     MAX_NEW_TOKENS,
     PROGRESS_MODES,
+    RECOMPILE_MODES,
     SUITE_MODES,
     Choice,
     ProgressChoice,
@@ -163,6 +164,11 @@ OPTIONS: tuple[Option, ...] = (
            help="'all': a check that breaks runs once more without fullgraph to record every break; 'first': "
                 "record only the first break, faster; 'auto' (default): 'all', but the fast tier's generate checks "
                 "record their first break"),
+    Option("fullgraph_recompiles", "--fullgraph-recompiles", metavar="MODE",
+           parse=Choice(RECOMPILE_MODES, "a recompiles mode"), field="recompiles", default="on",
+           help="'on' (default): a passing check calls its compiled object again (other prompt tokens, prompt length, "
+                "batch size, settings) and records whether each call recompiled and which guard failed; a recompile "
+                "its level promises not to make fails the check; 'off' makes one call"),
     Option("fullgraph_dtype", "--fullgraph-dtype", metavar="DTYPES", parse=Choice(DTYPES, "a dtype", many=True),
            field="dtypes", default=("float32",), note="default: float32",
            help=f"Comma list of dtypes to run every check in, of {', '.join(DTYPES)}"),

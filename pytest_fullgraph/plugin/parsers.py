@@ -37,6 +37,8 @@ DEVICE_TYPES = ("cpu", "cuda")
 #: When the shipped conformance suite (``pytest_fullgraph.suite``) is collected: "auto" when models are
 #: selected (command line or ini) and no test paths are given; "on" always; "off" never.
 SUITE_MODES = ("auto", "on", "off")
+#: Whether a passing check calls its compiled object again with its level's variations (``--fullgraph-recompiles``).
+RECOMPILE_MODES = ("on", "off")
 #: When progress lines are written (``--fullgraph-progress``): "auto" in a terminal outside CI, in runs with checks
 #: (``progress.wanted``); "on" always; "off" never.
 PROGRESS_MODES = ("auto", "on", "off")

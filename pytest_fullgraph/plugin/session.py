@@ -163,7 +163,8 @@ class FullgraphSession:
             result = run_check(entry.model, model_name, SCENARIOS[scenario], level_object, backend, tokens,
                                diagnose=self.settings.records_every_break(level_object),
                                timeout=self.settings.timeout,
-                               artifacts=self.settings.artifacts_dir, artifact_runtime=self.settings.artifact_runtime)
+                               artifacts=self.settings.artifacts_dir, artifact_runtime=self.settings.artifact_runtime,
+                               recompiles=self.settings.recompiles == "on")
         result.duration_s = time.perf_counter() - started
         (result.model_class, result.parameters, result.can_compile_fullgraph,
          result.model_file) = self.models.facts(model_name)

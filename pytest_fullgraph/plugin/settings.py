@@ -54,6 +54,8 @@ class Settings:
     breaks: str = OPTION_DEFAULT["breaks"]
     #: see ``parsers.SUITE_MODES``
     suite: str = OPTION_DEFAULT["suite"]
+    #: "on": a passing check calls its compiled object again with its level's variations (``check.variations``)
+    recompiles: str = OPTION_DEFAULT["recompiles"]
     #: whether models were chosen explicitly (command line or ini) rather than by default
     models_selected: bool = False
     #: the dtypes every check runs in (the dtype axis of the test ids)
@@ -92,7 +94,7 @@ class Settings:
                 "max_new_tokens": self.max_new_tokens, "run_slow": self.run_slow, "strict": self.strict,
                 "breaks": self.breaks, "timeout": self.timeout, "shard": self.shard, "device": self.device,
                 "scenarios_selected": list(self.scenarios), "attn_implementation": self.attn_implementation,
-                "levels_selected": list(self.levels)}
+                "levels_selected": list(self.levels), "recompiles": self.recompiles}
 
 
 def resolve_settings(chosen: Mapping[str, Chosen], registry: Registry, costs: Mapping[str, float] | None = None,

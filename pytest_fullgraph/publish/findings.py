@@ -32,6 +32,7 @@ from pytest_fullgraph.publish.run_tables import (
     site_table,
     time_lines,
 )
+from pytest_fullgraph.report import recompiles
 from pytest_fullgraph.report.files import distinct, load, write_atomic
 from pytest_fullgraph.report.merge import merge
 from pytest_fullgraph.report.order import levels_in, selected_scenarios
@@ -189,5 +190,12 @@ def further_run_section(label: str, run: Sequence[tuple[str, Report]], sites: in
     lines += ["", "### Generation features x levels", "", *feature_level_table(merged, checks)]
     lines += ["", *(errors(merged, checks, heading="###") or ["### Errors by cause", "", "No errors."])]
     lines += ["", "### Break sites shared by the most models", "", *site_table(checks, sites)]
-    return [*lines, "", "### Mismatches", "", *outcome_lines(checks, MISMATCH)]
+    lines += ["", "### Mismatches", "", *outcome_lines(checks, MISMATCH)]
+    return [*lines, *_recompiles(checks)]
+
+
+def _recompiles(checks: list[CheckResult]) -> list[str]:
+    """The second requests of a run that made them (``--fullgraph-recompiles``), as the Markdown page lists them."""
+    found = recompiles.markdown_section(checks)
+    return ["", "### Recompiles", *found[1:-1]] if found else []
 

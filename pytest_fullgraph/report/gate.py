@@ -64,11 +64,11 @@ def _device(value: Any) -> Any:
 #: by check (first breaks only where one side recorded only those).
 SETTINGS: dict[str, Callable[[Any], Any]] = {
     "backend": str, "max_new_tokens": int, "torch": _release, "transformers": _release, "device": _device,
-    "attn_implementation": lambda value: value,
+    "attn_implementation": lambda value: value, "recompiles": str,
 }
 #: How a message names a setting.
 _SETTING_NAMES = {"torch": "torch release", "transformers": "transformers release",
-                  "attn_implementation": "attention implementation"}
+                  "attn_implementation": "attention implementation", "recompiles": "--fullgraph-recompiles"}
 
 
 def settings_differences(baseline: dict[str, Any], current: dict[str, Any],

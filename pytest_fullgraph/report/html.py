@@ -13,6 +13,7 @@ from collections import Counter
 from typing import Any
 
 from pytest_fullgraph.core.results import DEFAULT_DTYPE, OUTCOMES, CheckResult
+from pytest_fullgraph.report import recompiles
 from pytest_fullgraph.report.gate import GateResult, diff
 from pytest_fullgraph.report.html_parts import asset, bars, json_script, legend, text
 from pytest_fullgraph.report.html_sites import known_section, sites_section, source_roots
@@ -48,7 +49,8 @@ def html(report: Report, baseline: Report | None = None, *, baseline_name: str =
         changed = changes_by_check(gate)
         sections += _changes_section(baseline, report, gate, baseline_name)
     facets = _facets(report, checks, changed)
-    sections += [*known_section(checks), *_checks_section(facets), *sites_section(report, checks)]
+    sections += [*known_section(checks), *_checks_section(facets), *sites_section(report, checks),
+                 *recompiles.html_section(checks)]
     meta = {"roots": source_roots(report.environment), "outcomes": list(OUTCOMES), "facets": facets,
             "help": {gb_id: found.url for gb_id, found in report.break_help().items()}, "changes": changed}
     return "\n".join([

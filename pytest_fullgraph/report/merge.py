@@ -11,13 +11,13 @@ from pytest_fullgraph.report.shard import missing_shards, shard_order
 
 #: Environment keys every shard must share: a merged report describes one configuration.
 MUST_MATCH = ("torch", "transformers", "backend", "max_new_tokens", "run_slow", "strict", "breaks", "device",
-              "attn_implementation")
+              "attn_implementation", "recompiles")
 #: Values that mean the default: reports from before ``--fullgraph-device`` ran on the CPU, and named "none" a
-#: run in which no check reached a model.
-DEFAULTS = {"device": ("cpu", (None, "none"))}
+#: run in which no check reached a model; reports from before ``--fullgraph-recompiles`` made one call per check.
+DEFAULTS = {"device": ("cpu", (None, "none")), "recompiles": ("off", (None,))}
 #: What a mismatch of each key means, for the error message.
 _MEANING = {"run_slow": "tier (run_slow)", "strict": "strictness", "breaks": "break mode",
-            "attn_implementation": "attention implementation"}
+            "attn_implementation": "attention implementation", "recompiles": "second requests (--fullgraph-recompiles)"}
 #: List-valued keys merged as a sorted union (the shards' models together are the merged run's models).
 UNION_KEYS = ("models", "dtypes")
 #: The shard each report ran (``--fullgraph-shard``): merged into the sorted list of shards, beside

@@ -98,7 +98,8 @@ def pytest_arguments(drawn: Drawn | Sequence[Drawn], report_dir: Path) -> list[s
     if len(batch) > 1:
         arguments += ["-k", " or ".join(result.check_id for result in results), f"--max-worker-restart={len(batch)}"]
     for option, key in (("--fullgraph-max-new-tokens", "max_new_tokens"), ("--fullgraph-breaks", "breaks"),
-                        ("--fullgraph-device", "device"), ("--fullgraph-attn", "attn_implementation")):
+                        ("--fullgraph-device", "device"), ("--fullgraph-attn", "attn_implementation"),
+                        ("--fullgraph-recompiles", "recompiles")):
         if environment.get(key) not in (None, "", "none"):
             arguments.append(f"{option}={environment[key]}")
     return [*arguments, *(["--run-slow"] if environment.get("run_slow") else [])]

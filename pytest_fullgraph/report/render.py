@@ -18,7 +18,7 @@ from pytest_fullgraph.core.results import (
     ROUNDING,
     CheckResult,
 )
-from pytest_fullgraph.report import sections
+from pytest_fullgraph.report import recompiles, sections
 from pytest_fullgraph.report.gate import diff
 from pytest_fullgraph.report.merge import uneven_levels
 from pytest_fullgraph.report.order import canonical, levels_in, scenarios_in
@@ -66,6 +66,7 @@ def markdown(report: Report, baseline: Report | None = None) -> str:
     lines += _feature_sections(report, checks)
     lines += _matrix(report, checks)
     lines += sections.break_sites(report, checks)
+    lines += recompiles.markdown_section(checks)
     lines += sections.errors(report, checks)
     lines += sections.known_upstream(checks)
     lines += sections.mismatches(checks)

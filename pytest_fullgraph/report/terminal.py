@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 
 from pytest_fullgraph.core.results import BREAK, MISMATCH, OUTCOMES, SKIP, CheckResult
+from pytest_fullgraph.report import recompiles
 from pytest_fullgraph.report.audit import disagreements, model_summaries
 from pytest_fullgraph.report.known_issues import by_issue
 from pytest_fullgraph.report.merge import uneven_levels
@@ -57,6 +58,7 @@ def terminal_lines(report: Report, top_sites: int = 5) -> list[str]:
                          f"[{site['origin']}] in {len(site['checks'])} check(s): {', '.join(site['models'])}")
             lines += [f"    {issue.label()}" for issue in site["known"]]  # already reported: before how to fix it
             lines.append(f"    hint: {site_advice(site, help_by_id).line()}")
+    lines += recompiles.terminal_section(checks, top_sites)
     for issue, matched in by_issue(checks):  # a repeated run tells its known failures from new ones
         lines.append(f"{issue.label()}: {issue.title}, in {len(matched)} failing check(s): "
                      f"{', '.join(sorted({result.model for result in matched}))}")

@@ -90,6 +90,7 @@ def test_a_saved_while_program_serves_every_shape_and_length_in_a_fresh_process(
     assert lines == ["equal"] * len(SHAPES) * len(WHILE_LENGTHS)
 
 
+@pytest.mark.breadth
 def test_a_while_program_takes_lengths_up_to_its_bound_and_an_unrolled_one_only_its_own(
         exported_while: dict[str, Any], exported: dict[str, Any]) -> None:
     artifact = save_generate(exported_while["generate"], exported_while["directory"] / "bound")

@@ -111,6 +111,7 @@ def test_transformers_onnx_exporter_run_by_onnxruntime_gives_generates_tokens_on
     assert (result.outcome, result.message) == ("pass", "tokens equal to eager"), result.message
 
 
+@pytest.mark.breadth
 @pytest.mark.skipif(not HAS["executorch"], reason="needs pytest_fullgraph[executorch]")
 def test_transformers_executorch_exporter_run_by_executorch_gives_generates_tokens() -> None:
     """XNNPACK-lowered prefill and decode programs in ExecuTorch's runtime, about 30 s to lower on 2 cores."""

@@ -51,7 +51,7 @@ def test_every_option_has_one_flag_and_one_ini_key_equal_to_its_dest() -> None:
     add_options(cast(pytest.Parser, recorder))
     dests = [attributes["dest"] for _, attributes in recorder.options]
     assert dests == [name for name, _, _ in recorder.inis] == [option.dest for option in OPTIONS]
-    assert len(set(dests)) == len(dests) == 25
+    assert len(set(dests)) == len(dests) == 26
     assert len({flag for flag, _ in recorder.options}) == len(dests)
     for (flag, attributes), (name, ini_help, ini) in zip(recorder.options, recorder.inis, strict=True):
         option = OPTION[name]

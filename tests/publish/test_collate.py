@@ -208,7 +208,7 @@ def test_an_unreadable_baseline_is_named_and_the_rest_still_collates(tmp_path: P
     collated = collate([shard(tmp_path, "a", outcomes={"llama": "pass"})], tmp_path / "merged", baselines)
     assert collated.failed and list(collated.merged) == ["fast-torch2.13.0"]
     assert collated.unreadable == [f"{baselines / 'fast-torch2.13.0.json'}: written by a newer pytest_fullgraph "
-                                   "(report schema version 99; this one reads 1 to 8): upgrade pytest_fullgraph to "
+                                   "(report schema version 99; this one reads 1 to 9): upgrade pytest_fullgraph to "
                                    "read it"]
     assert "fast-torch2.13.0 is not gated: its baseline cannot be read" in collated.summary
 

@@ -41,9 +41,9 @@ BAD_REPORTS = [
     (b"\x1f\x8b\x08\x00truncated", "cannot read as gzip"),
     ('{"schema": "something-else"}', 'not a pytest_fullgraph report (expected "schema": "pytest_fullgraph/report")'),
     ("[1, 2]", "not a pytest_fullgraph report"),
-    (a_report(version=99), "written by a newer pytest_fullgraph (report schema version 99; this one reads 1 to 8): "
+    (a_report(version=99), "written by a newer pytest_fullgraph (report schema version 99; this one reads 1 to 9): "
                            "upgrade pytest_fullgraph to read it"),
-    (a_report(version="x"), "report schema version 'x' is not supported; this pytest_fullgraph reads versions 1 to 8"),
+    (a_report(version="x"), "report schema version 'x' is not supported; this pytest_fullgraph reads versions 1 to 9"),
     (a_report(environment=None), "malformed report: environment: missing"),
     (a_report(checks={}), "malformed report: checks: expected a list, got an object"),
     (a_report(check={**GOOD_CHECK, "outcome": None}), "malformed report: checks[1].outcome: expected a string, got "

@@ -109,6 +109,7 @@ def test_merged_shards_list_their_shards_and_the_gate_fails_on_a_missing_one() -
     assert "shards 1/3, 2/3, 3/3" in report.markdown(complete)
 
 
+@pytest.mark.breadth
 def test_two_shards_merged_equal_one_unsharded_run(toy_project: pytest.Pytester, tmp_path: Path) -> None:
     common = ["--fullgraph-models=toy,toy_break,toy_drift", "--fullgraph-backend=eager", "-k",
               "greedy-forward", "-p", "no:cacheprovider"]

@@ -1,0 +1,227 @@
+"""The second request (``check.variations``): a passing check's compiled object called again, each call's recompile
+named by its guard and where that guard was installed; a recompile the level promises not to make fails the check.
+
+Dynamo's words are read from what torch 2.13 says (``core.guards``); the decision tree runs on the scripted model;
+one pytester run plants a model that branches on the prompt length under a level that promises every prompt length.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from pytest_fullgraph import report
+from pytest_fullgraph.check.run import run_check
+from pytest_fullgraph.core.guards import guards_from_refusal, is_recompile_refusal
+from pytest_fullgraph.core.recompiles import Guard, Variation
+from pytest_fullgraph.core.results import CheckResult
+from pytest_fullgraph.levels.builtin import LOOP_REQUESTS
+from pytest_fullgraph.models.build import build_tiny
+from pytest_fullgraph.report.html import html
+from tests.check.scripted import DIFFERENT, EAGER, FakeLevel, ScriptedModel, check
+from tests.conftest import TOY_CONFTEST, checks_by_id, read_report
+
+HEADER = ("Detected recompile when torch.compile stance is 'fail_on_recompile'. filename: '/x/loop.py', function "
+          "name: 'decode_while_loop', line number: 125\n    triggered by the following guard failure(s):\n")
+#: A value guard: its condition's site after the source, then the user stack (torch 2.13's words, stack cut).
+VALUE_GUARD = HEADER + (
+    "    - 0/0: cache.layers[0].max_cache_len == 11                      # if (padding_length := kv_length + "
+    "kv_offset - attention_mask.shape[-1]) > 0:  # transformers/masking_utils.py:229 in prepare_padding_mask\n"
+    "    - User stack trace:\n"
+    '    -   File "/x/loop.py", line 142, in decode_while_loop\n'
+    "    -     logits = model(input_ids=input_ids)\n")
+#: A shape guard of two conditions: torch's 0/1 specialization where the size was first used, then the model's own
+#: branch (its path cut to its last characters, and its own comment inside the source).
+SHAPE_GUARD = HEADER + (
+    "    - 0/0: 2 <= kwargs['input_ids'].size()[1] <= 9  # if len(attention_mask.shape) == 4:  # "
+    "transformers/masking_utils.py:818 in _preprocess_mask_arguments (user code shown is first use of this value--"
+    "the guard itself is not due user code but due to 0/1 specialization in the framework; to avoid specialization "
+    "try torch._dynamo.decorators.mark_unbacked(tensor, dim)) and if kwargs[\"input_ids\"].shape[1] > 9:  # planted "
+    "# mine/model.py:10 in forward (_dynamo/variables/tensor.py:2606 in evaluate_expr)\n")
+#: Guards on the frame's inputs, one per cache entry (the same guard twice), and one on a cache passed in.
+INPUT_GUARDS = HEADER + ("    - 0/1: tensor 'input_ids' size mismatch at index 0. expected 2, actual 3\n"
+                         "    - 0/0: tensor 'input_ids' size mismatch at index 0. expected 2, actual 3\n"
+                         "    - 0/0: tensor 'kwargs['cache'].layers[0].keys' size mismatch at index 2. expected 11, "
+                         "actual 14\n")
+
+
+def test_a_value_guard_is_located_where_the_value_was_read_and_blamed_by_that_code() -> None:
+    [guard] = guards_from_refusal(VALUE_GUARD)
+    assert (guard.guard, guard.where(), guard.function, guard.origin, guard.on_input) == (
+        "cache.layers[0].max_cache_len == 11", "transformers/masking_utils.py:229", "prepare_padding_mask", "masking",
+        False)
+    assert "padding_length" in guard.source  # the statement, read from the installed transformers
+
+
+def test_a_shape_guard_is_located_at_the_codes_own_condition_not_torchs_specialization() -> None:
+    [guard] = guards_from_refusal(SHAPE_GUARD)
+    assert (guard.guard, guard.file, guard.line, guard.function) == (
+        "2 <= kwargs['input_ids'].size()[1] <= 9", "mine/model.py", 10, "forward")
+    assert guard.origin == "user" and not guard.on_input
+
+
+def test_an_input_guard_is_located_at_the_compiled_frame_once_and_a_cache_input_is_the_caches() -> None:
+    found = guards_from_refusal(INPUT_GUARDS)
+    assert [(guard.guard, guard.where(), guard.on_input) for guard in found] == [
+        ("tensor 'input_ids' size mismatch at index 0. expected 2, actual 3", "/x/loop.py:125", True),
+        ("tensor 'kwargs['cache'].layers[0].keys' size mismatch at index 2. expected 11, actual 14", "/x/loop.py:125",
+         True)]
+    assert found[1].origin == "cache"
+
+
+def test_a_refusal_that_names_no_guard_keeps_its_first_line() -> None:
+    [guard] = guards_from_refusal(HEADER.splitlines()[0])
+    assert guard.guard.startswith("Detected recompile") and guard.where() == "/x/loop.py:125"
+    assert is_recompile_refusal(RuntimeError(VALUE_GUARD)) and not is_recompile_refusal(ValueError(VALUE_GUARD))
+
+
+class AgainLevel(FakeLevel):
+    """A scripted level with second requests: ``answers`` says what each variation's call gives."""
+
+    variations = ("same_shape", "prompt_length", "batch_size")
+    no_recompile = ("same_shape",)
+
+    def __init__(self, answers: dict[int, torch.Tensor | Exception], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.answers, self.calls = answers, 0
+
+    def run_again(self, model: Any, inputs: dict[str, Any], config: Any, backend: Any) -> torch.Tensor:
+        answer = self.answers.get(int(inputs["input_ids"].shape[1]) * 10 + int(inputs["input_ids"].shape[0]), EAGER)
+        self.calls += 1
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+SAME, LONGER, WIDER = 82, 112, 83  # prompt width * 10 + batch: same shapes, 3 tokens longer, one more row
+
+
+def test_a_recompile_the_level_does_not_promise_against_is_reported_and_the_pass_stands() -> None:
+    result = check(ScriptedModel(), AgainLevel({LONGER: RuntimeError(VALUE_GUARD), WIDER: ValueError("no kernel")}))
+    assert result.outcome == "pass"
+    assert [(v.name, v.result, v.promised) for v in result.variations] == [
+        ("same_shape", "equal", True), ("prompt_length", "recompiled", False), ("batch_size", "failed", False)]
+    assert result.variations[1].guards[0].where() == "transformers/masking_utils.py:229"
+    assert result.variations[2].detail == "ValueError: no kernel"
+    assert result.message.endswith("; called again 3 time(s): 1 would recompile")
+
+
+def test_a_promised_variation_that_recompiles_fails_the_check_as_a_break_at_its_guard() -> None:
+    result = check(ScriptedModel(), AgainLevel({SAME: RuntimeError(SHAPE_GUARD)}))
+    assert result.outcome == "break"
+    assert result.message.startswith("recompiles on same_shape (other prompt tokens, same shapes), which level 'fake' "
+                                     "promises to serve without recompiling: `2 <= kwargs['input_ids'].size()[1] "
+                                     "<= 9` (installed at mine/model.py:10, user)")
+    assert result.first_break is not None and (result.first_break.where(), result.first_break.origin) == (
+        "mine/model.py:10", "user")
+
+
+def test_tokens_that_differ_without_a_recompile_are_a_mismatch_naming_the_call() -> None:
+    result = check(ScriptedModel(), AgainLevel({LONGER: DIFFERENT}))
+    assert result.outcome == "mismatch" and result.mismatch is not None
+    assert result.message.startswith("called again with prompt width 8 -> 11 (no recompile), the compiled fake gives "
+                                     "tokens that differ from eager at row 0, position 10")
+
+
+def test_with_recompiles_off_and_after_a_failure_the_object_is_not_called_again() -> None:
+    level = AgainLevel({})
+    assert check(ScriptedModel(), level, recompiles=False).variations == [] and level.calls == 0
+    assert check(ScriptedModel(), AgainLevel({}, compiled=DIFFERENT)).variations == []
+
+
+def test_variations_travel_in_the_report_and_are_listed_by_guard_site(tmp_path: Path) -> None:
+    guard = Guard("cache.layers[0].max_cache_len == 11", "transformers/masking_utils.py", 229, "prepare_padding_mask",
+                  "if padding:", "masking")
+    results = [CheckResult(model, "greedy", "while", "eager", 4, "pass", variations=[
+        Variation("same_shape", "other prompt tokens, same shapes", "equal", promised=True),
+        Variation("prompt_length", "prompt width 8 -> 11", "recompiled", guards=[guard])]) for model in ("a", "b")]
+    written = report.Report({"recompiles": "on"}, results)
+    report.write(written, tmp_path)
+    read = report.load(tmp_path / report.JSON_NAME)
+    assert read.checks[0].variations == results[0].variations
+    page = report.markdown(read)
+    assert "| same_shape | 2 equal |" in page and "| prompt_length | 2 recompiled |" in page
+    assert ("| `transformers/masking_utils.py:229` (prepare_padding_mask)<br>`if padding:` | "
+            "`cache.layers[0].max_cache_len == 11` | masking | prompt_length | a, b | 2 |") in page
+    assert "  transformers/masking_utils.py:229 [masking] `cache.layers[0].max_cache_len == 11` on prompt_length " \
+           "in 2 check(s): a, b" in report.terminal_lines(read)
+    assert "<h2>Recompiles</h2>" in html(read)
+
+
+def test_a_loop_levels_second_requests_name_the_guards_of_transformers_and_of_the_loop() -> None:
+    result = run_check(build_tiny("llama"), "llama", "greedy", "decode", "eager", 2)
+    assert result.outcome == "pass", result.message
+    found = {variation.name: variation for variation in result.variations}
+    assert list(found) == list(LOOP_REQUESTS)
+    assert (found["same_shape"].result, found["same_shape"].promised) == ("equal", True)
+    assert [(guard.where(), guard.origin) for guard in found["prompt_length"].guards] == [
+        ("transformers/masking_utils.py:229", "masking")]
+    assert found["settings"].guards[0].origin == "loop"  # the plan's EOS id is a Python value of the loop's
+    assert found["batch_size"].guards[0].on_input
+
+
+#: A model that branches on its prompt's length, and a level that compiles the forward over the prompt with that
+#: length dynamic and promises every length: the planted branch's guard breaks the promise.
+PROMPT_BRANCH = '''
+
+class BranchesOnPromptLength(LlamaForCausalLM):
+    def forward(self, *args, **kwargs):
+        out = super().forward(*args, **kwargs)
+        if kwargs["input_ids"].shape[1] > 9:  # planted: branches on the prompt length
+            out.logits = out.logits * 1.0
+        return out
+
+
+register_model("toy_prompt_branch", lambda: build_tiny("llama", model_class=BranchesOnPromptLength))
+
+
+from pytest_fullgraph.levels.base import Level
+
+
+class PrefillLevel(Level):
+    name = "prefill"
+    description = "the forward over the prompt, its length dynamic, compiled: one new token"
+    variations = ("same_shape", "prompt_length")
+    no_recompile = ("same_shape", "prompt_length")
+
+    def max_new_tokens(self, run_tokens):
+        return 1
+
+    def run_compiled(self, model, inputs, config, backend):
+        ids, mask = inputs["input_ids"], inputs["attention_mask"]
+        torch._dynamo.maybe_mark_dynamic(ids, 1)
+        torch._dynamo.maybe_mark_dynamic(mask, 1)
+        forward = torch.compile(model, fullgraph=True, backend=backend)
+        logits = forward(input_ids=ids, attention_mask=mask, use_cache=False).logits
+        return torch.cat([ids, logits[:, -1].argmax(-1, keepdim=True)], dim=-1)
+
+
+def pytest_fullgraph_register_levels(levels):
+    levels.add(PrefillLevel())
+'''
+PLANTED_LINE = next(number for number, line in enumerate((TOY_CONFTEST + PROMPT_BRANCH).splitlines(), 1)
+                    if "planted: branches on the prompt length" in line)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_planted_branch_on_the_prompt_length_is_named_and_breaks_a_level_promising_every_length(
+        pytester: pytest.Pytester, tmp_path: Path, strict: bool) -> None:
+    pytester.makeconftest(TOY_CONFTEST + PROMPT_BRANCH)
+    result = pytester.runpytest("--fullgraph-models=toy,toy_prompt_branch", "--fullgraph-levels=prefill",
+                                "--fullgraph-scenarios=greedy", "-k", "prefill", "-p", "no:cacheprovider",
+                                f"--fullgraph-report={tmp_path}", *(["--fullgraph-strict"] if strict else []))
+    result.assert_outcomes(passed=1, **({"failed": 1} if strict else {"xfailed": 1}))
+    checks = checks_by_id(read_report(tmp_path))
+    kept = {variation["name"]: variation["result"] for variation in checks["toy-greedy-prefill"]["variations"]}
+    assert kept == {"same_shape": "equal", "prompt_length": "equal"}  # the promise holds where nothing branches
+    broken = checks["toy_prompt_branch-greedy-prefill"]
+    assert broken["outcome"] == "break"
+    assert broken["message"].startswith("recompiles on prompt_length (prompt width 8 -> 11), which level 'prefill' "
+                                        "promises to serve without recompiling: `2 <= kwargs['input_ids'].size()[1] "
+                                        f"<= 9` (installed at conftest.py:{PLANTED_LINE}, user)")
+    assert broken["first_break"]["source"].endswith("# planted: branches on the prompt length")
+    assert (f"  conftest.py:{PLANTED_LINE} [user] `2 <= kwargs['input_ids'].size()[1] <= 9` on prompt_length in 1 "
+            "check(s): toy_prompt_branch") in result.stdout.lines
