@@ -40,7 +40,8 @@ _NO_KERNEL = re.compile(r"not implemented for '(BFloat16|Half|Float8\w*)'")
 #: transformers' generate refusing a mode for a kind of model (by name, or the cache it lacks: models that build
 #: their own, use_cache=False): no reference, so no verdict (a skip)
 _GENERATE_REFUSES = re.compile(r"assisted generation is not supported with stateful models|"
-                               r"cannot use beam search with a cache currently|Assisted decoding requires a cache")
+                               r"cannot use beam search with a cache currently|Assisted decoding requires a cache|"
+                               r"Cannot use prefill chunking without a cache|Chunked prefill cannot split")
 
 
 def run_check(

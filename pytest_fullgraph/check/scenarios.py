@@ -82,10 +82,12 @@ class Scenario:
 
     @property
     def kind(self) -> str:
-        """"basic" (the default four), else "mode", "processor", "sampling" or "stopping": which part of
-        ``generate`` the feature lives in."""
+        """"basic" (the default four), else "mode", "prefill", "processor", "sampling" or "stopping": which part
+        of ``generate`` the feature lives in."""
         if self.basic:
             return "basic"
+        if self.feature in PREFILL_FEATURES:
+            return "prefill"
         if self.feature in MODE_FEATURES:
             return "mode"
         if self.feature in STOPPING_FEATURES:
@@ -110,6 +112,8 @@ TOKENIZER = "tokenizer"
 #: ``generate_kwargs`` value: a draft model for the model (``models.draft.build_draft``), for ``assistant_model``.
 DRAFT = "draft"
 STOPPING_FEATURES = ("eos", "eos_list", "max_length", "stop_strings", "max_time")
+#: Features of how the prompt is run before the first new token.
+PREFILL_FEATURES = ("prefill_chunk",)
 #: Features that are a decoding mode of their own (``GenerationConfig.get_generation_mode``), not greedy/sampling:
 #: the mode table's (read without torch).
 MODE_FEATURES = mode_table.FEATURES
@@ -195,6 +199,12 @@ SCENARIOS: dict[str, Scenario] = {
                  settings={"stop_strings": [_G(0, 1), _G(1, 1)]}, generate_kwargs={"tokenizer": TOKENIZER}),
         Scenario("max_time", "greedy, max_time=600 s (MaxTimeCriteria: a host clock)", feature="max_time",
                  settings={"max_time": 600.0}, inert="a limit no tiny generation reaches"),
+        # prefill
+        Scenario("prefill_chunk", "greedy, a left-padded batch of prompts of lengths 8 and 5 prefilled in chunks "
+                 "of 3 tokens (prefill_chunk_size=3: chunks of 3, 3 and 2, each a forward on the cache)",
+                 prompt_lengths=(8, 5), feature="prefill_chunk", settings={"prefill_chunk_size": 3},
+                 context={"use_cache": True},
+                 inert="the chunks compute what one forward over the prompt computes: more forwards, the same tokens"),
         # decoding modes
         Scenario("beam", "beam search, num_beams=3, no EOS (GenerationMode.BEAM_SEARCH: the cache reordered to "
                  "follow the beams each step)", feature="beam_search", settings={"num_beams": 3}),

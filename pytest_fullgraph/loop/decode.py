@@ -48,6 +48,7 @@ from pytest_fullgraph.loop.steps import (
     generate_mask,
     last_scores,
     new_cache,
+    prefill_logits,
 )
 
 if TYPE_CHECKING:
@@ -107,9 +108,13 @@ def decode_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tenso
     sequences = input_ids
     step_input, step_positions = input_ids, initial_positions(attention_mask)
     step_mask: torch.Tensor | None = attention_mask
-    for _ in range(plan.max_new_tokens):
-        logits = model(input_ids=step_input, cache=cache, **forward_kwargs(plan, step_positions),
-                       attention_mask=generate_mask(model, plan, step_mask, cache, step_input, step_positions)).logits
+    for step in range(plan.max_new_tokens):
+        if step == 0:  # the prompt, whole or in generate's chunks
+            logits = prefill_logits(model, plan, input_ids, attention_mask, cache, step_positions)
+        else:
+            logits = model(input_ids=step_input, cache=cache, **forward_kwargs(plan, step_positions),
+                           attention_mask=generate_mask(model, plan, step_mask, cache, step_input,
+                                                        step_positions)).logits
         scores = loop_processors.process_unrolled(plan.processors, sequences, last_scores(logits))
         next_tokens = _next_tokens(plan, scores, unfinished)
         steps = steps + (unfinished.max() > 0).long()  # generate runs a step while any row is unfinished
@@ -139,8 +144,7 @@ def decode_while_loop(model: PreTrainedModel, plan: DecodePlan, input_ids: torch
     full_mask = torch.cat([attention_mask, attention_mask.new_ones((batch, plan.max_new_tokens - 1))], dim=-1)
     sequences = torch.cat([input_ids, input_ids.new_full((batch, plan.max_new_tokens), 0)], dim=-1)
     # prefill, outside the loop: the processors see the prompt as generate shows it to them
-    logits = model(input_ids=input_ids, cache=cache, **forward_kwargs(plan, position_ids),
-                   attention_mask=generate_mask(model, plan, attention_mask, cache, input_ids, position_ids)).logits
+    logits = prefill_logits(model, plan, input_ids, attention_mask, cache, position_ids)
     unfinished = torch.ones(batch, dtype=torch.long, device=input_ids.device)
     prefill_scores = loop_processors.process_unrolled(plan.processors, input_ids, last_scores(logits), isolated=True)
     tokens = _next_tokens(plan, prefill_scores, unfinished)

@@ -112,6 +112,10 @@ def export_cache_length(plan: DecodePlan, input_ids: torch.Tensor, dynamic: bool
             raise UnsupportedGeneration(f"export_generate(dynamic=True) does not support {name}="
                                         f"{getattr(plan.config, name)!r}: its processor is built for the "
                                         "example's prompt length; export with dynamic=False")
+    if getattr(plan.config, "prefill_chunk_size", None):
+        raise UnsupportedGeneration(f"export_generate(dynamic=True) does not support prefill_chunk_size="
+                                    f"{plan.config.prefill_chunk_size!r}: the chunks are cut from the example's prompt "
+                                    "length; export with dynamic=False")
     longest = max_prompt_length if max_prompt_length is not None else 2 * int(input_ids.shape[1])
     if longest < int(input_ids.shape[1]):
         raise UnsupportedGeneration(f"max_prompt_length={longest} is shorter than the example prompt "

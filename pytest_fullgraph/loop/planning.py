@@ -121,6 +121,10 @@ def prepare(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: tor
     # ignore it
     mode, settings = mode_table.claim(mode_table.PlanRequest(config, assistant, max_new_tokens, processors, input_ids,
                                                              eos, config._pad_token_tensor))
+    if getattr(config, "prefill_chunk_size", None) and mode is not mode_table.core():
+        raise UnsupportedGeneration(f"fullgraph_generate runs prefill_chunk_size={config.prefill_chunk_size!r} in "
+                                    f"greedy and sampling only; its {mode.name} mode prefills the prompt whole, "
+                                    "which would not be generate's chunked prefill")
     return attention_mask, DecodePlan(config, processors, max_new_tokens, bool(config.do_sample), eos,
                                       config._pad_token_tensor, "position_ids" in parameters,
                                       "logits_to_keep" in parameters, mode, settings,

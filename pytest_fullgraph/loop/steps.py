@@ -75,6 +75,29 @@ def forward_kwargs(plan: DecodePlan, positions: torch.Tensor) -> dict[str, Any]:
     return kwargs
 
 
+def prompt_chunks(plan: DecodePlan, width: int) -> list[tuple[int, int]]:
+    """The prompt's column ranges run one forward each, as ``generate`` runs them: the whole prompt, or with
+    ``prefill_chunk_size`` its ``torch.split`` chunks (the last one shorter)."""
+    size = getattr(plan.config, "prefill_chunk_size", None) or width
+    return [(start, min(start + size, width)) for start in range(0, width, size)]
+
+
+def prefill_logits(model: PreTrainedModel, plan: DecodePlan, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                   cache: Any, positions: torch.Tensor) -> torch.Tensor:
+    """The prompt's forward on the cache, chunk by chunk as ``generate`` prefills (each chunk sees the mask up to
+    its end and its own positions): the last chunk's logits. Every chunk is inside the graph; none syncs. A dynamic
+    export refuses chunks (``export_cache_length``): they are cut from the prompt's width as a Python int."""
+    if not getattr(plan.config, "prefill_chunk_size", None):  # whole: no int() of the width, which may be symbolic
+        return model(input_ids=input_ids, cache=cache, **forward_kwargs(plan, positions),
+                     attention_mask=generate_mask(model, plan, attention_mask, cache, input_ids, positions)).logits
+    logits = None
+    for start, end in prompt_chunks(plan, int(input_ids.shape[1])):
+        chunk, chunk_positions, mask = input_ids[:, start:end], positions[:, start:end], attention_mask[:, :end]
+        logits = model(input_ids=chunk, cache=cache, **forward_kwargs(plan, chunk_positions),
+                       attention_mask=generate_mask(model, plan, mask, cache, chunk, chunk_positions)).logits
+    return cast(torch.Tensor, logits)  # a prompt has at least one token, so one chunk
+
+
 def last_scores(logits: torch.Tensor) -> torch.Tensor:
     """The next-token scores as ``generate`` hands them to the processors: the last position, in float32."""
     return logits[:, -1].to(dtype=torch.float32, copy=True)

@@ -49,6 +49,18 @@ def _run(model: Any, scenario: Scenario) -> tuple[torch.Tensor, torch.Tensor, An
     return tokens, plain_tokens, config
 
 
+def _forwards(model: Any, scenario: Scenario, config: Any) -> int:
+    """How many forwards ``generate`` runs for the scenario."""
+    calls = []
+    hook = model.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        with model_generation_defaults(model, None):
+            generate(model, make_inputs(model, scenario), config, scenario.seed)
+    finally:
+        hook.remove()
+    return len(calls)
+
+
 @pytest.mark.parametrize("name", FEATURES)
 def test_each_feature_changes_the_tokens_or_says_why_it_cannot(llama: Any, name: str) -> None:
     scenario = SCENARIOS[name]
@@ -58,6 +70,9 @@ def test_each_feature_changes_the_tokens_or_says_why_it_cannot(llama: Any, name:
         assert same, f"{name} is marked inert ({scenario.inert}) but changed the tokens"
         assistant = generate_kwargs(scenario, llama).get("assistant_model")
         assert str(config.get_generation_mode(assistant).value) == "assisted_generation"
+    elif scenario.inert and scenario.kind == "prefill":  # the prompt in chunks: generate runs a forward per chunk
+        assert same, f"{name} is marked inert ({scenario.inert}) but changed the tokens"
+        assert _forwards(llama, scenario, config) == 3 + TOKENS - 1  # chunks of 3, 3 and 2, then one per step
     elif scenario.inert:
         assert same, f"{name} is marked inert ({scenario.inert}) but changed the tokens"
         config = copy.deepcopy(config)
