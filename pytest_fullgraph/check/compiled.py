@@ -12,8 +12,10 @@ from pytest_fullgraph.check.variations import try_variations
 from pytest_fullgraph.core import breaks, compile_events
 from pytest_fullgraph.core.compute import forget_compiled, peak_cuda_memory
 from pytest_fullgraph.core.generation import seeded
+from pytest_fullgraph.core.guards import guard_from_reason
 from pytest_fullgraph.core.messages import first_line
 from pytest_fullgraph.core.outcomes import BREAK, ERROR, MISMATCH, PASS
+from pytest_fullgraph.core.results import BreakRecord
 
 if TYPE_CHECKING:
     import torch
@@ -39,6 +41,9 @@ def compile_and_compare(run: CheckRun, eager: torch.Tensor) -> None:
                 compiled = compiled_run(backend)
         except breaks.compile_failure_types() as error:
             result.timings["compile_s"] = time.perf_counter() - started
+            if breaks.hit_recompile_limit(error):
+                _judge_recompile_limit(result, trace.recompile_reasons)
+                return
             _judge_compile_failure(run, error)
             return
         result.timings["compile_s"] = time.perf_counter() - started
@@ -73,6 +78,22 @@ def _judge_compile_failure(run: CheckRun, error: BaseException) -> None:
     if run.diagnose:
         _diagnose(run)
         _blame_break_for_crash(result)
+
+
+def _judge_recompile_limit(result: CheckResult, reasons: list[str]) -> None:
+    """Dynamo's recompile limit hit under ``fullgraph=True``: a failure, located at the last guard that failed (the
+    value the compiled code kept being specialized on), not at the call dynamo gave up in."""
+    from torch._dynamo import config
+
+    result.recompile_reasons, result.recompiles = reasons, len(reasons)
+    guard = guard_from_reason(reasons[-1]) if reasons else None
+    last = f"; the last guard that failed: {guard.summary()}" if guard is not None else ""
+    result.outcome = ERROR
+    result.message = (f"dynamo's recompile limit (torch._dynamo.config.recompile_limit={config.recompile_limit}) was "
+                      f"hit with fullgraph=True after {len(reasons)} recompile(s){last}")
+    result.first_break = BreakRecord("torch._dynamo.exc.FailOnRecompileLimitHit", "FailOnRecompileLimitHit", None,
+                                     result.message, *((guard.file, guard.line, guard.function, guard.source,
+                                                        guard.origin) if guard else ("", 0, "", "", "torch")))
 
 
 def _diagnose(run: CheckRun) -> None:

@@ -59,8 +59,8 @@ KIND_HINTS = {
     "Unsupported": "Dynamo cannot trace the statement at the site; the message says what it met.",
     "UncapturedHigherOrderOpError": "A higher-order op (`torch.cond`, `while_loop`) dynamo could not capture whole: "
                                     "fix the break inside it.",
-    "FailOnRecompileLimitHit": "The frame recompiled until dynamo's limit: the check's recompile reasons name the "
-                               "guard that failed each time.",
+    "FailOnRecompileLimitHit": "The frame recompiled until dynamo's limit: the message names the last guard that "
+                               "failed and where it was installed, the check's recompile reasons every one.",
     "Recompile": "A second request recompiled where its level promises none: the guard says which value the compiled "
                  "code was specialized on and the site where it was read; mark a size dynamic "
                  "(`torch._dynamo.mark_dynamic`) or keep the value in a tensor rather than a Python number.",

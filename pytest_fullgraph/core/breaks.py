@@ -67,6 +67,13 @@ def is_graph_break(error: BaseException) -> bool:
                       | exc.FailOnRecompileLimitHit)
 
 
+def hit_recompile_limit(error: BaseException) -> bool:
+    """Whether a fullgraph compile stopped at dynamo's recompile limit: the code recompiled on every call."""
+    from torch._dynamo import exc
+
+    return isinstance(error, exc.FailOnRecompileLimitHit)
+
+
 def crashed_at_break(crash: BreakRecord, cause: BreakRecord) -> bool:
     """Whether a compiler crash happened at a break's site: in the break's own frame, or in the call made from it.
     Only then is the crash that break under ``fullgraph=True``; a crash elsewhere is a crash of its own."""

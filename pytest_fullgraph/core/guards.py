@@ -59,6 +59,13 @@ def guards_from_refusal(message: str) -> list[Guard]:
     return guards or [Guard(first_line(message), *_located(frame), on_input=frame is not None)]
 
 
+def guard_from_reason(reason: str) -> Guard:
+    """A recompile reason of the structured trace (``0/1: GUARD  # source  # path:line in function``), located as a
+    refusal's guard is; one that names no site keeps its text, unlocated."""
+    found = _GUARD.match(f"- {reason}")
+    return _guard(found["text"] if found else reason, None)
+
+
 def _guard(text: str, frame: Frame | None) -> Guard:
     expression = text.split("  # ", 1)[0].strip()
     sites = list(_SITE.finditer(text))

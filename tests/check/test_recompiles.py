@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import torch
+from transformers import LlamaForCausalLM
 
 from pytest_fullgraph import report
 from pytest_fullgraph.check.run import run_check
@@ -161,6 +162,34 @@ def test_a_loop_levels_second_requests_name_the_guards_of_transformers_and_of_th
         ("transformers/masking_utils.py:229", "masking")]
     assert found["settings"].guards[0].origin == "loop"  # the plan's EOS id is a Python value of the loop's
     assert found["batch_size"].guards[0].on_input
+
+
+class CountsSteps(LlamaForCausalLM):
+    """Keeps a Python counter of its forwards and reads it: transformers' compiled forward recompiles every step."""
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        self.steps = getattr(self, "steps", 0) + 1  # planted: a Python counter the compiled forward is guarded on
+        out = super().forward(*args, **kwargs)
+        if self.steps > 1000:
+            out.logits = out.logits * 1.0
+        return out
+
+
+def test_hitting_dynamos_recompile_limit_is_an_error_located_at_the_last_guard() -> None:
+    with torch._dynamo.config.patch(recompile_limit=2):
+        result = run_check(build_tiny("llama", model_class=CountsSteps), "counts", "greedy", "forward", "eager", 6)
+    assert result.outcome == "error"
+    assert result.message.startswith("dynamo's recompile limit (torch._dynamo.config.recompile_limit=2) was hit with "
+                                     "fullgraph=True after ")
+    assert "the last guard that failed: `self.steps == " in result.message
+    assert result.first_break is not None and result.first_break.where().endswith(
+        f"tests/check/test_recompiles.py:{_line_of('planted: a Python counter')}")
+    assert result.first_break.origin == "user"
+
+
+def _line_of(text: str) -> int:
+    return next(number for number, line in enumerate(Path(__file__).read_text().splitlines(), 1)
+                if text in line and "_line_of" not in line)
 
 
 #: A model that branches on its prompt's length, and a level that compiles the forward over the prompt with that
