@@ -16,7 +16,7 @@ from typing import Any, cast
 import pytest
 
 from pytest_fullgraph import report
-from pytest_fullgraph.core.results import CheckResult, check_seconds
+from pytest_fullgraph.core.results import SCHEMA_VERSION, CheckResult, check_seconds
 from pytest_fullgraph.plugin.parsers import PROGRESS_MODES, ProgressChoice
 from pytest_fullgraph.plugin.progress import (
     CRASHED_PHASE,
@@ -52,7 +52,7 @@ def test_shard_costs_prefer_durations_and_fall_back_to_timings() -> None:
 
 def test_duration_round_trips_and_reports_without_it_still_load() -> None:
     written = report.Report({}, [result("a", duration=2.5)]).to_dict()
-    assert written["version"] == 8 and written["checks"][0]["duration_s"] == 2.5
+    assert written["version"] == SCHEMA_VERSION and written["checks"][0]["duration_s"] == 2.5
     assert report.Report.from_dict(written, "new").checks[0].duration_s == 2.5
     older = {**written, "version": 6, "checks": [{key: value for key, value in written["checks"][0].items()
                                                    if key != "duration_s"}]}
