@@ -98,6 +98,7 @@ def transformers_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("[transformers]") or "pip install" in line]
 
 
+@pytest.mark.breadth
 def test_listing_every_model_prints_no_transformers_warning() -> None:
     """The tiny configs' rope factors and token ids, xIELU's install hint: held back and counted in one line."""
     completed = cli("models", "--no-build")

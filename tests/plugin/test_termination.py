@@ -66,6 +66,7 @@ def test_sigterm_stops_the_run_and_the_report_is_written(toy_project: pytest.Pyt
     assert signal.getsignal(signal.SIGTERM) == before  # the session put the handler back
 
 
+@pytest.mark.breadth
 def test_sigterm_to_the_xdist_controller_stops_its_workers_and_writes_the_report(
         toy_project: pytest.Pytester, tmp_path: Path) -> None:
     toy_project.makepyfile(test_stop=STOPPED_BY_SIGTERM.format(wait=1, target="os.getppid()"))

@@ -111,6 +111,7 @@ def test_the_site_of_a_crash_is_the_fatal_error_and_the_dying_threads_innermost_
     assert crash_site("") == ""  # os._exit leaves nothing
 
 
+@pytest.mark.breadth
 def test_what_executorchs_runtime_logged_before_killing_a_worker_is_kept(pytester: pytest.Pytester,
                                                                           tmp_path: Path) -> None:
     """A segfault inside ``runtime_log`` (as ExecuTorch's ``execute`` dies) loses the block's captured stderr with the

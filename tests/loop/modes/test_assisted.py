@@ -334,6 +334,7 @@ def test_a_model_whose_tokens_follow_its_cache_length_is_blamed_not_the_loop() -
     assert verdict.endswith("the model's static-cache path, not the loop")
 
 
+@pytest.mark.breadth
 def test_the_transformers_quirk_the_draft_follows_has_a_standalone_reproducer() -> None:
     """``assisted.draft_processors`` runs the draft's warpers twice because transformers does;
     docs/upstream/assisted_draft_warpers_twice.py is what transformers would be handed: with torch and
