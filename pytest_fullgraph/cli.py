@@ -34,7 +34,8 @@ printed first all the same). examples:
       --expect fast-torch2.13.0 --summary step-summary.md""",
     "findings": """example:
   python -m pytest_fullgraph report findings bench/reports --releases bench/reports/releases \\
-      --also bench/reports/modes bench/reports/hf -o docs/FINDINGS.md""",
+      --also bench/reports/modes bench/reports/hf bench/reports/recompiles/popular-aot_eager.json.gz \\
+      -o docs/FINDINGS.md""",
     "upstream": """example:
   python -m pytest_fullgraph repro bench/reports/matrix-*.json.gz cpmant mpt -o repros
   python -m pytest_fullgraph report upstream bench/reports/matrix-*.json.gz --repros repros -o drafts""",
