@@ -8,7 +8,7 @@ one pytester run plants a model that branches on the prompt length under a level
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import torch
@@ -176,8 +176,9 @@ class CountsSteps(LlamaForCausalLM):
 
 
 def test_hitting_dynamos_recompile_limit_is_an_error_located_at_the_last_guard() -> None:
+    model = build_tiny("llama", model_class=cast(Any, CountsSteps))
     with torch._dynamo.config.patch(recompile_limit=2):
-        result = run_check(build_tiny("llama", model_class=CountsSteps), "counts", "greedy", "forward", "eager", 6)
+        result = run_check(model, "counts", "greedy", "forward", "eager", 6)
     assert result.outcome == "error"
     assert result.message.startswith("dynamo's recompile limit (torch._dynamo.config.recompile_limit=2) was hit with "
                                      "fullgraph=True after ")
