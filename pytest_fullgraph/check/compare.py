@@ -133,9 +133,10 @@ def precision_verdict(model: PreTrainedModel, inputs: dict[str, Any], reference:
 
 
 def _cache_length_verdict(model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig, seed: int,
-                          eager: torch.Tensor) -> str | None:
+                          eager: torch.Tensor, max_prompt_length: int | None) -> str | None:
     """The model's fault when its tokens depend on the static cache's length and the loop's cache is longer than
-    ``generate``'s (the draft modes add a draft's positions): ``generate`` with a static cache of the loop's length.
+    ``generate``'s (the draft modes add a draft's positions; a loop serving prompts up to ``max_prompt_length``
+    is sized for the longest): ``generate`` with a static cache of the loop's length.
 
     Measured: axk2's and deepseek_v32's sparse-attention indexers pick different positions (their ReLU scores tie
     at 0) with a static cache a few positions longer, so ``generate`` itself changes its tokens."""
@@ -143,15 +144,15 @@ def _cache_length_verdict(model: PreTrainedModel, inputs: dict[str, Any], config
     from transformers.cache_utils import StaticCache
 
     from pytest_fullgraph.loop.planning import prepare
-    from pytest_fullgraph.loop.steps import cache_length
+    from pytest_fullgraph.loop.steps import served_cache_length
 
     ids = inputs["input_ids"]
     try:
         _, plan = prepare(model, ids, inputs.get("attention_mask"), config, inputs.get("tokenizer"),
                           inputs.get("assistant_model"))
-        if plan.drafting is None:
+        if plan.drafting is None and max_prompt_length is None:
             return None  # the loop's cache is as long as generate's
-        length = cache_length(ids, plan)
+        length = served_cache_length(plan, ids, max_prompt_length)
         longer = generate(model, {**inputs, "cache": StaticCache(config=model.config, max_cache_len=length)},
                           config, seed)
     except Exception:  # best effort, as the static-cache note is
@@ -166,7 +167,7 @@ def _cache_length_verdict(model: PreTrainedModel, inputs: dict[str, Any], config
 
 
 def static_cache_verdict(model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig, seed: int,
-                         eager: torch.Tensor, loop: str = "the loop") -> str:
+                         eager: torch.Tensor, loop: str = "the loop", max_prompt_length: int | None = None) -> str:
     """Whether ``generate`` itself changes its tokens with a static cache, which our loop must use; ``loop`` names
     whose code the level's own loop runs (``Level.own_loop_blame``), blamed when it alone differs.
 
@@ -184,7 +185,7 @@ def static_cache_verdict(model: PreTrainedModel, inputs: dict[str, Any], config:
     except Exception as error:  # the note is best effort; the mismatch stands
         return f" (model.generate with a static cache failed: {type(error).__name__}: {first_line(error)})"
     if torch.equal(static, eager):
-        longer = _cache_length_verdict(model, inputs, config, seed, eager)
+        longer = _cache_length_verdict(model, inputs, config, seed, eager, max_prompt_length)
         return longer or f"; model.generate with a static cache gives the default tokens, so {loop} is at fault"
     where = first_difference(eager, static, int(inputs["input_ids"].shape[1]))
     found = (f"; model.generate with a static cache differs from the default too (row {where.row}, position "

@@ -199,6 +199,7 @@ def _own_loop_agrees(run: CheckRun, eager: torch.Tensor) -> bool:
     result.outcome = MISMATCH
     result.mismatch = explained_difference(run, eager, ours)
     where = result.mismatch.describe(level.own_loop)
-    result.message = (f"{level.own_loop} run eagerly differs from model.generate at {where}"
-                      f"{static_cache_verdict(run.model, run.inputs, config, run.seed, eager, level.own_loop_blame)}")
+    verdict = static_cache_verdict(run.model, run.inputs, config, run.seed, eager, level.own_loop_blame,
+                                   level.prompt_bound(run.inputs, config))
+    result.message = f"{level.own_loop} run eagerly differs from model.generate at {where}{verdict}"
     return False

@@ -147,6 +147,11 @@ class Level:
         None when the level compiles transformers' code rather than a loop of its own."""
         return None
 
+    def prompt_bound(self, inputs: dict[str, Any], config: GenerationConfig) -> int | None:
+        """The longest prompt the level's own loop is sized to serve (``fullgraph_generate``'s
+        ``max_prompt_length``: its cache is that much longer than ``generate``'s), or None: the prompt's own."""
+        return None
+
     def run_compiled(self, model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig,
                      backend: CountingBackend) -> torch.Tensor:
         """Generate with the level's compilation and ``fullgraph=True``; a graph break raises."""
@@ -158,8 +163,9 @@ class Level:
         ``run_compiled`` again with the same backend, which dynamo serves from its cache while the guards hold."""
         return self.run_compiled(model, inputs, config, backend)
 
-    def recompile_excuse(self, model: PreTrainedModel, variation: str) -> str:
-        """Why a recompile on a promised ``variation`` does not fail the check for this model ("" when it does)."""
+    def recompile_excuse(self, model: PreTrainedModel, config: GenerationConfig, variation: str) -> str:
+        """Why a recompile on a promised ``variation`` does not fail the check for this model and config (the
+        check's reference config; "" when it does)."""
         return ""
 
     def diagnose(self, model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig,

@@ -20,6 +20,7 @@ from pytest_fullgraph.levels.base import (
     further_arguments,
 )
 from pytest_fullgraph.levels.hf import HF_LEVELS
+from pytest_fullgraph.loop.steps import per_width_reason
 
 if TYPE_CHECKING:
     import torch
@@ -57,7 +58,7 @@ class ForwardLevel(_TorchCompileLevel):
     #: transformers' compile test: a second generation of the same shapes must not recompile
     no_recompile = ("same_shape",)
 
-    def recompile_excuse(self, model: PreTrainedModel, variation: str) -> str:
+    def recompile_excuse(self, model: PreTrainedModel, config: GenerationConfig, variation: str) -> str:
         """transformers' test lets a cache with sliding layers recompile: its layers count tokens in Python ints."""
         layer_types = getattr(model.config, "layer_types", None) or ()
         if any("sliding" in str(kind) or "chunked" in str(kind) for kind in layer_types) or (
@@ -114,15 +115,16 @@ class DecodeLevel(_TorchCompileLevel):
         from pytest_fullgraph.loop.decode import fullgraph_generate
 
         return fullgraph_generate(model, inputs["input_ids"], inputs["attention_mask"], config, loop=self.loop,
-                                  **further_arguments(inputs))
+                                  max_prompt_length=self.prompt_bound(inputs, config), **further_arguments(inputs))
 
     def run(self, model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig, backend: Any,
             fullgraph: bool) -> torch.Tensor:
-        return self.compile_loop(model, inputs, config, backend, fullgraph, self.loop)
+        return self.compile_loop(model, inputs, config, backend, fullgraph, self.loop,
+                                 self.prompt_bound(inputs, config))
 
     @staticmethod
     def compile_loop(model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig, backend: Any,
-                     fullgraph: bool, loop: str) -> torch.Tensor:
+                     fullgraph: bool, loop: str, max_prompt_length: int | None = None) -> torch.Tensor:
         import torch
 
         from pytest_fullgraph.loop.decode import fullgraph_generate
@@ -131,7 +133,7 @@ class DecodeLevel(_TorchCompileLevel):
             return torch.compile(function, fullgraph=fullgraph, backend=backend)
 
         return fullgraph_generate(model, inputs["input_ids"], inputs["attention_mask"], config, compiler=compiler,
-                                  loop=loop, **further_arguments(inputs))
+                                  loop=loop, max_prompt_length=max_prompt_length, **further_arguments(inputs))
 
 
 class WhileLevel(DecodeLevel):
@@ -139,10 +141,39 @@ class WhileLevel(DecodeLevel):
     graph that does not grow with the tokens generated, so its compile cost stays flat."""
 
     name = "while"
-    description = ("fullgraph_generate(loop='while'): the decode steps as one torch.while_loop body, compiled with "
-                   "fullgraph=True: exactly one graph, whatever max_new_tokens")
+    description = ("fullgraph_generate(loop='while', max_prompt_length=2 x the prompt's): the decode steps as one "
+                   "torch.while_loop body, compiled with fullgraph=True: exactly one graph, whatever max_new_tokens, "
+                   "for every prompt width up to the bound (greedy and sampling)")
     own_loop = "fullgraph_generate(loop='while')"
     loop = "while"
+    #: one graph whatever the prompt's width (up to the bound): the cache is sized for the longest prompt and the
+    #: width is dynamic, for greedy and sampling (``per_width_reason`` says where else each width is a graph)
+    no_recompile = ("same_shape", "prompt_length")
+    #: the bound of the last ``run_compiled`` (checks run one at a time per process): a second request of another
+    #: width must find the cache that graph was compiled for
+    _served_bound: int | None = None
+
+    def prompt_bound(self, inputs: dict[str, Any], config: GenerationConfig) -> int | None:
+        """Twice the check's prompt width, as ``export_generate(dynamic=True)``'s default; None where
+        ``per_width_reason`` says the config makes each width a generation of its own."""
+        if per_width_reason(config, inputs):
+            return None
+        return 2 * int(inputs["input_ids"].shape[1])
+
+    def run_compiled(self, model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig,
+                     backend: CountingBackend) -> torch.Tensor:
+        self._served_bound = self.prompt_bound(inputs, config)
+        return self.compile_loop(model, inputs, config, backend, True, self.loop, self._served_bound)
+
+    def run_again(self, model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig,
+                  backend: CountingBackend) -> torch.Tensor:
+        bound = self._served_bound
+        if bound is not None and int(inputs["input_ids"].shape[1]) > bound:
+            bound = None  # past the bound: the width of its own, which recompiles as the level says it may
+        return self.compile_loop(model, inputs, config, backend, True, self.loop, bound)
+
+    def recompile_excuse(self, model: PreTrainedModel, config: GenerationConfig, variation: str) -> str:
+        return per_width_reason(config, {}) if variation == "prompt_length" else ""
 
     def diagnose(self, model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig,
                  backend: CountingBackend) -> None:

@@ -5,10 +5,10 @@ processors, stopping when every row has finished) happens either before the grap
 or after it, on its outputs. Inside the graph: prefill, every decode step, logits processing, sampling,
 and EOS handling, with no host synchronisation.
 
-The unrolled form runs all ``max_new_tokens`` steps branch-free: rows that have finished emit
-``pad_token_id`` (as ``generate`` pads them), and the output is trimmed afterwards to the length
-``generate`` returns, i.e. up to the step at which the last row finished. The ``while_loop`` form carries the
-KV cache as loop state and exits when every row has finished; its graph does not grow with the tokens.
+The unrolled form runs all ``max_new_tokens`` steps branch-free: rows that have finished emit ``pad_token_id``
+(as ``generate`` pads them), and the output is trimmed afterwards to where the last row finished, as ``generate``
+returns it. The ``while_loop`` form carries the KV cache as loop state and exits when every row has finished;
+its graph does not grow with the tokens.
 """
 
 from __future__ import annotations
@@ -43,12 +43,12 @@ from pytest_fullgraph.loop.modes.table import Mode
 from pytest_fullgraph.loop.planning import check_generate_arguments, prepare
 from pytest_fullgraph.loop.steps import (
     DecodePlan,
-    cache_length,
     forward_kwargs,
     generate_mask,
     last_scores,
     new_cache,
     prefill_logits,
+    served_cache_length,
 )
 
 if TYPE_CHECKING:
@@ -203,6 +203,7 @@ def fullgraph_generate(
     *,
     compiler: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None,
     loop: str = "unrolled",
+    max_prompt_length: int | None = None,
     **generate_arguments: Any,
 ) -> Any:
     """Generate like ``model.generate(input_ids, attention_mask=..., generation_config=...)``, returning what it
@@ -216,14 +217,16 @@ def fullgraph_generate(
     n-gram ban in its device form), one or several EOS ids, and left-padded batches are supported; anything else raises
     ``UnsupportedGeneration`` naming the setting and saying why. ``generate_arguments`` are ``generate``'s
     further arguments (``prefix_allowed_tokens_fn``, ``tokenizer``): refused, naming them, unless harmless to
-    ignore.
+    ignore. ``max_prompt_length``: one compiled loop for every prompt up to that width (docs/generation.md).
     """
     attention_mask, plan = checked_plan(model, input_ids, attention_mask, generation_config, loop,
                                         generate_arguments)
-    cache = new_cache(model, plan, cache_length(input_ids, plan), loop)
+    cache = new_cache(model, plan, served_cache_length(plan, input_ids, max_prompt_length), loop)
     plan.mode.check(model, plan, input_ids, cache, loop)
     function = plan.mode.loop(loop)
     run = compiler(function) if compiler is not None else function
+    for tensor in (input_ids, attention_mask) if compiler is not None and max_prompt_length is not None else ():
+        torch._dynamo.maybe_mark_dynamic(tensor, 1)
     with torch.no_grad(), loop_tracing.traceable_loop(model, loop, tuple(plan.mode.models(plan).values())):
         outputs = run(model, plan, input_ids, attention_mask, cache)
     return plan.mode.generated(tuple(outputs), plan, input_ids)

@@ -12,19 +12,64 @@ import torch
 # refuses an import inside traced code (GB0022)
 from transformers.cache_utils import StaticCache
 
+from pytest_fullgraph.core.generation import UnsupportedGeneration
 from pytest_fullgraph.loop import processors as loop_processors
 from pytest_fullgraph.loop import state as loop_state
-from pytest_fullgraph.loop.modes.table import DecodePlan
+from pytest_fullgraph.loop.modes.table import DecodePlan, Refusal
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel
+    from transformers import GenerationConfig, PreTrainedModel
 
 
-def cache_length(input_ids: torch.Tensor, plan: DecodePlan) -> int:
+def cache_length(input_ids: torch.Tensor, plan: DecodePlan, max_prompt_length: int | None = None) -> int:
     """Positions the cache needs, sized as ``generate`` sizes its static cache: the last new token is never fed
-    back, so prompt + max_new_tokens - 1, and what the mode needs beyond it (a draft read past the last token). The
-    size matters for models whose masks depend on it (gpt_neo)."""
-    return int(input_ids.shape[1]) + plan.max_new_tokens - 1 + plan.mode.extra_positions(plan)
+    back, so prompt + max_new_tokens - 1, and what the mode needs beyond it (a draft read past the last token);
+    with ``max_prompt_length``, for that longest prompt, so one cache shape serves every shorter one. The size
+    matters for models whose masks depend on it (gpt_neo)."""
+    prompt = int(input_ids.shape[1]) if max_prompt_length is None else max_prompt_length
+    return prompt + plan.max_new_tokens - 1 + plan.mode.extra_positions(plan)
+
+
+def served_cache_length(plan: DecodePlan, input_ids: torch.Tensor, max_prompt_length: int | None) -> int:
+    """The cache's positions for ``fullgraph_generate``: the prompt's (``cache_length``), or with
+    ``max_prompt_length`` the longest prompt's it is to serve, after refusing a bound shorter than this prompt
+    or a mode whose state is sized by one prompt."""
+    if max_prompt_length is None:
+        return cache_length(input_ids, plan)
+    if max_prompt_length < int(input_ids.shape[1]):
+        raise UnsupportedGeneration(f"max_prompt_length={max_prompt_length} is shorter than the prompt "
+                                    f"({int(input_ids.shape[1])} tokens wide)")
+    refusal = plan.mode.exports["dynamic"]
+    if isinstance(refusal, Refusal):
+        raise UnsupportedGeneration(f"max_prompt_length is refused where a dynamic export is: {refusal.message}")
+    # one position past the longest prompt's need, as the dynamic export's: transformers pads a mask narrower than
+    # the cache and takes another branch for one as wide (masking_utils' prepare_padding_mask), which would
+    # specialise the width of the widest prompt
+    return cache_length(input_ids, plan, max_prompt_length) + 1
+
+
+#: Settings that count the prompt's width in Python, so each width is a plan, and a graph, of its own.
+_WIDTH_SETTINGS = {
+    "prefill_chunk_size": "prefill_chunk_size cuts the prompt into chunks by its width",
+    "min_length": "min_length's processor counts the prompt's width",
+    "min_new_tokens": "min_new_tokens' processor counts the prompt's width",
+    "max_length": "max_length less the prompt's width is the number of new tokens",
+}
+
+
+def per_width_reason(config: GenerationConfig, inputs: dict[str, Any]) -> str:
+    """Why a generation with ``config`` is a graph per prompt width even in the ``while`` form ("" when one graph
+    serves every width): a setting that counts the width, or a mode other than greedy and sampling (beam search
+    sizes its sequences by the prompt in Python, measured; the drafting modes take one prompt)."""
+    from transformers.generation.configuration_utils import GenerationMode
+
+    for name, reason in _WIDTH_SETTINGS.items():
+        if getattr(config, name, None) and (name != "max_length" or config.max_new_tokens is None):
+            return f"{reason}: each width is a generation of its own"
+    mode = config.get_generation_mode(inputs.get("assistant_model"))
+    if mode not in (GenerationMode.GREEDY_SEARCH, GenerationMode.SAMPLE):
+        return f"{mode.value}'s while loop is promised one prompt width (its state is sized by the prompt)"
+    return ""
 
 
 def new_static_cache(model: PreTrainedModel, max_cache_len: int) -> Any:

@@ -164,6 +164,14 @@ def test_a_loop_levels_second_requests_name_the_guards_of_transformers_and_of_th
     assert found["batch_size"].guards[0].on_input
 
 
+def test_the_while_level_serves_a_longer_prompt_without_recompiling_as_it_promises() -> None:
+    result = run_check(build_tiny("llama"), "llama", "padded", "while", "eager", 2)
+    assert result.outcome == "pass", result.message
+    found = {variation.name: variation for variation in result.variations}
+    assert (found["prompt_length"].result, found["prompt_length"].promised) == ("equal", True)
+    assert found["batch_size"].result == "recompiled" and not found["batch_size"].promised
+
+
 class CountsSteps(LlamaForCausalLM):
     """Keeps a Python counter of its forwards and reads it: transformers' compiled forward recompiles every step."""
 
