@@ -54,6 +54,7 @@ def compile_and_compare(run: CheckRun, eager: torch.Tensor) -> None:
                                        lambda: compiled_run(result.backend))
     if violation is not None:
         result.outcome, result.message = violation.outcome, violation.message
+        result.first_break = violation.where or result.first_break
         return
     if torch.equal(eager, compiled):
         counted = f"{trace.graph_count} graph(s), " if level.graph_rule.counts_graphs else ""

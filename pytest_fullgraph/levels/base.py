@@ -26,12 +26,15 @@ if TYPE_CHECKING:
     from transformers import GenerationConfig, PreTrainedModel
 
     from pytest_fullgraph.core.compile_events import CompileTrace, CountingBackend
+    from pytest_fullgraph.core.results import BreakRecord
 
 
 @dataclass(frozen=True)
 class RuleViolation:
     outcome: str
     message: str
+    #: where the rule was broken, when a line of code says it (a recompile's guard): the check's ``first_break``
+    where: BreakRecord | None = None
 
 
 #: Generation modes whose loop in transformers (5.24: ``_beam_search``) never calls ``get_compiled_call``.
@@ -85,7 +88,39 @@ class GraphsNotCounted(GraphRule):
         return None
 
 
+class NoRecompileInRun(GraphRule):
+    """transformers' compile test: at least one graph, and no recompile within the generation unless the model's
+    static cache has sliding layers ("Compilation of sliding layers necessarily has recompiles with
+    ``dynamic=False``"); a recompile is a ``break`` at its guard."""
+
+    name = "graphs counted, at least one, no recompile (sliding caches excepted)"
+
+    def judge(self, trace: CompileTrace, level: str, model: Any, mode: str = "",
+              config: GenerationConfig | None = None,
+              rerun: Callable[[], object] | None = None) -> RuleViolation | None:
+        from pytest_fullgraph.core.guards import guard_from_reason
+        from pytest_fullgraph.core.results import BreakRecord
+
+        found = super().judge(trace, level, model, mode, config, rerun)
+        if found is not None or not trace.recompile_reasons or has_sliding_cache(model):
+            return found
+        guard = guard_from_reason(trace.recompile_reasons[0])
+        message = (f"recompiled {len(trace.recompile_reasons)} time(s) within the generation, which transformers' "
+                   f"compile test fails for a cache without sliding layers: {guard.summary()}")
+        return RuleViolation(BREAK, message, BreakRecord("Recompile", "Recompile", None, message, guard.file,
+                                                         guard.line, guard.function, guard.source, guard.origin))
+
+
+def has_sliding_cache(model: Any) -> bool:
+    """Whether the model's static cache has sliding layers, read as transformers' compile test reads it
+    (``Cache.is_sliding``)."""
+    from transformers.cache_utils import StaticCache
+
+    return any(StaticCache(config=model.config, max_cache_len=8).is_sliding)
+
+
 AT_LEAST_ONE_GRAPH, ONE_GRAPH, GRAPHS_NOT_COUNTED = GraphRule(), OneGraph(), GraphsNotCounted()
+NO_RECOMPILE_IN_RUN = NoRecompileInRun()
 
 
 def further_arguments(inputs: dict[str, Any]) -> dict[str, Any]:

@@ -13,11 +13,13 @@ from pytest_fullgraph.core.generation import generate_fn, static_cache_config
 from pytest_fullgraph.core.names import BUILTIN_LEVEL_NAMES
 from pytest_fullgraph.levels.base import (
     GRAPHS_NOT_COUNTED,
+    NO_RECOMPILE_IN_RUN,
     ONE_GRAPH,
     GraphRule,
     Level,
     Levels,
     further_arguments,
+    has_sliding_cache,
 )
 from pytest_fullgraph.levels.hf import HF_LEVELS
 from pytest_fullgraph.loop.steps import per_width_reason
@@ -51,18 +53,25 @@ LOOP_REQUESTS: tuple[str, ...] = (*REQUESTS, "max_new_tokens")
 
 
 class ForwardLevel(_TorchCompileLevel):
+    """transformers' supported path as its ``test_generate_compile_model_forward_fullgraph`` runs it: a static
+    cache, ``CompileConfig(fullgraph=True, dynamic=False)``, no recompile in the generation or in a second one of
+    the same shapes unless the cache has sliding layers. The backend is the run's (``--fullgraph-backend``) and
+    ``mode`` is left unset, where transformers' test takes CompileConfig's defaults: inductor,
+    ``mode="reduce-overhead"``."""
+
     name = "forward"
-    description = ("transformers' supported path: static cache, forward compiled with fullgraph=True, driven by "
-                   "model.generate")
+    description = ("transformers' supported path as its compile test runs it: static cache, forward compiled with "
+                   "CompileConfig(fullgraph=True, dynamic=False), driven by model.generate, no recompile unless the "
+                   "cache has sliding layers; the run's backend with no mode, where the test uses inductor with "
+                   "mode='reduce-overhead'")
+    graph_rule: GraphRule = NO_RECOMPILE_IN_RUN
     variations = REQUESTS
     #: transformers' compile test: a second generation of the same shapes must not recompile
     no_recompile = ("same_shape",)
 
     def recompile_excuse(self, model: PreTrainedModel, config: GenerationConfig, variation: str) -> str:
         """transformers' test lets a cache with sliding layers recompile: its layers count tokens in Python ints."""
-        layer_types = getattr(model.config, "layer_types", None) or ()
-        if any("sliding" in str(kind) or "chunked" in str(kind) for kind in layer_types) or (
-                not layer_types and getattr(model.config, "sliding_window", None)):
+        if has_sliding_cache(model):
             return "the cache has sliding layers, which transformers' compile test lets recompile"
         return ""
 
@@ -73,7 +82,7 @@ class ForwardLevel(_TorchCompileLevel):
             fullgraph: bool) -> torch.Tensor:
         from transformers import CompileConfig
 
-        compile_config = CompileConfig(fullgraph=fullgraph, backend=backend, mode=cast(str, None))
+        compile_config = CompileConfig(fullgraph=fullgraph, dynamic=False, backend=backend, mode=cast(str, None))
         compile_config._compile_all_devices = cast(None, True)  # transformers compiles only on accelerators else
         config = copy.deepcopy(config)
         config.disable_compile = False

@@ -19,6 +19,7 @@ from pytest_fullgraph.check.run import run_check
 from pytest_fullgraph.core.guards import guards_from_refusal, is_recompile_refusal
 from pytest_fullgraph.core.recompiles import Guard, Variation
 from pytest_fullgraph.core.results import CheckResult
+from pytest_fullgraph.levels.base import has_sliding_cache
 from pytest_fullgraph.levels.builtin import LOOP_REQUESTS
 from pytest_fullgraph.models.build import build_tiny
 from pytest_fullgraph.report.html import html
@@ -194,6 +195,22 @@ def test_hitting_dynamos_recompile_limit_is_an_error_located_at_the_last_guard()
     assert result.first_break is not None and result.first_break.where().endswith(
         f"tests/check/test_recompiles.py:{_line_of('planted: a Python counter')}")
     assert result.first_break.origin == "user"
+
+
+def test_a_recompile_within_the_forward_levels_own_generation_breaks_it_at_the_guard_as_transformers_test() -> None:
+    result = run_check(build_tiny("llama", model_class=cast(Any, CountsSteps)), "counts", "greedy", "forward",
+                       "eager", 3, recompiles=False)
+    assert result.outcome == "break", result.message
+    assert result.message.startswith("recompiled 1 time(s) within the generation, which transformers' compile test "
+                                     "fails for a cache without sliding layers: `self.steps == ")
+    assert result.first_break is not None and result.first_break.where().endswith(
+        f"tests/check/test_recompiles.py:{_line_of('planted: a Python counter')}")
+
+
+def test_a_cache_with_sliding_layers_may_recompile_in_the_forward_level_as_transformers_test_lets_it() -> None:
+    assert has_sliding_cache(build_tiny("gemma2")) and not has_sliding_cache(build_tiny("llama"))
+    result = run_check(build_tiny("gemma2"), "gemma2", "greedy", "forward", "eager", 4, recompiles=False)
+    assert (result.outcome, result.recompiles > 0) == ("pass", True), result.message
 
 
 def _line_of(text: str) -> int:
