@@ -213,6 +213,12 @@ def test_a_cache_with_sliding_layers_may_recompile_in_the_forward_level_as_trans
     assert (result.outcome, result.recompiles > 0) == ("pass", True), result.message
 
 
+def test_a_chunked_prefill_recompiles_the_forward_level_per_chunk_width_and_is_reported_not_failed() -> None:
+    result = run_check(build_tiny("llama"), "llama", "prefill_chunk", "forward", "eager", 2, recompiles=False)
+    assert (result.outcome, result.recompiles > 0) == ("pass", True), result.message
+    assert "size mismatch at index 1" in result.recompile_reasons[0]
+
+
 def _line_of(text: str) -> int:
     return next(number for number, line in enumerate(Path(__file__).read_text().splitlines(), 1)
                 if text in line and "_line_of" not in line)
