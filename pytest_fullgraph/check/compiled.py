@@ -12,7 +12,7 @@ from pytest_fullgraph.check.variations import try_variations
 from pytest_fullgraph.core import breaks, compile_events
 from pytest_fullgraph.core.compute import forget_compiled, peak_cuda_memory
 from pytest_fullgraph.core.generation import seeded
-from pytest_fullgraph.core.guards import guard_from_reason
+from pytest_fullgraph.core.guards import frame_at, guard_from_reason
 from pytest_fullgraph.core.messages import first_line
 from pytest_fullgraph.core.outcomes import BREAK, ERROR, MISMATCH, PASS
 from pytest_fullgraph.core.results import BreakRecord
@@ -42,7 +42,7 @@ def compile_and_compare(run: CheckRun, eager: torch.Tensor) -> None:
         except breaks.compile_failure_types() as error:
             result.timings["compile_s"] = time.perf_counter() - started
             if breaks.hit_recompile_limit(error):
-                _judge_recompile_limit(result, trace.recompile_reasons)
+                _judge_recompile_limit(result, trace.recompile_reasons, trace.recompile_frames)
                 return
             _judge_compile_failure(run, error)
             return
@@ -81,13 +81,15 @@ def _judge_compile_failure(run: CheckRun, error: BaseException) -> None:
         _blame_break_for_crash(result)
 
 
-def _judge_recompile_limit(result: CheckResult, reasons: list[str]) -> None:
+def _judge_recompile_limit(result: CheckResult, reasons: list[str],
+                           frames: list[tuple[str, int, str] | None]) -> None:
     """Dynamo's recompile limit hit under ``fullgraph=True``: a failure, located at the last guard that failed (the
     value the compiled code kept being specialized on), not at the call dynamo gave up in."""
     from torch._dynamo import config
 
     result.recompile_reasons, result.recompiles = reasons, len(reasons)
-    guard = guard_from_reason(reasons[-1]) if reasons else None
+    frame = frames[-1] if frames else None
+    guard = guard_from_reason(reasons[-1], frame_at(*frame) if frame else None) if reasons else None
     last = f"; the last guard that failed: {guard.summary()}" if guard is not None else ""
     result.outcome = ERROR
     result.message = (f"dynamo's recompile limit (torch._dynamo.config.recompile_limit={config.recompile_limit}) was "

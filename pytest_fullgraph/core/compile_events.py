@@ -24,6 +24,9 @@ class CompileTrace:
 
     breaks: list[BreakRecord] = field(default_factory=list)
     recompile_reasons: list[str] = field(default_factory=list)
+    #: per reason, the frame dynamo recompiled (its code object's file, first line and name), None where the trace
+    #: did not say: where a guard on that frame's input is located
+    recompile_frames: list[tuple[str, int, str] | None] = field(default_factory=list)
     graph_ops: list[int] = field(default_factory=list)
     #: why inductor ran a graph without CUDA graphs under ``mode="reduce-overhead"`` (its own words, in order)
     cudagraph_skips: list[str] = field(default_factory=list)
@@ -44,17 +47,40 @@ class _TraceHandler(logging.Handler):
         super().__init__(logging.DEBUG)
         self.trace = trace
         self._by_site: dict[tuple[str, int, str, str], BreakRecord] = {}
+        #: each frame id's code object (file, first line, name), from its first ``dynamo_start``
+        self._frames: dict[Any, tuple[str, int, str]] = {}
 
     def emit(self, record: logging.LogRecord) -> None:
         metadata: dict[str, Any] = getattr(record, "metadata", {}) or {}
         payload = getattr(record, "payload", None)
+        if "dynamo_start" in metadata:
+            self._on_frame_start(metadata)
+            return
         artifact = metadata.get("artifact")
         if not isinstance(artifact, dict):
             return
         if artifact.get("name") == "dynamo_graph_break_reason":
             self._on_break(metadata)
         elif artifact.get("name") == "recompile_reasons" and payload:
-            self.trace.recompile_reasons.extend(_reasons(payload))
+            reasons = _reasons(payload)
+            self.trace.recompile_reasons.extend(reasons)
+            self.trace.recompile_frames.extend([self._frames.get(metadata.get("frame_id"))] * len(reasons))
+
+    def _on_frame_start(self, metadata: dict[str, Any]) -> None:
+        """Remember each frame id's code object from its first ``dynamo_start``: a recompile's reasons arrive with
+        its frame id only. The stack names files by their index in the trace's table of interned strings, which
+        the process fills once (before this handler may have been attached), so the table is read, not the log."""
+        from torch._logging import structured
+
+        stack = metadata["dynamo_start"].get("stack") or []
+        frame_id = metadata.get("frame_id")
+        if stack and frame_id not in self._frames:
+            top = stack[-1]
+            file = top.get("filename")
+            if isinstance(file, int):
+                table: dict[str, int] = getattr(structured, "INTERN_TABLE", {})
+                file = next((text for text, index in table.items() if index == file), str(file))
+            self._frames[frame_id] = (str(file), int(top.get("line", 0)), str(top.get("name", "")))
 
     def _on_break(self, metadata: dict[str, Any]) -> None:
         error, user_stack = _break_being_logged()

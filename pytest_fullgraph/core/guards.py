@@ -40,8 +40,12 @@ def compiled_frame(message: str) -> Frame | None:
     found = _FRAME.search(message)
     if found is None:
         return None
-    file, line = found["file"], int(found["line"])
-    return Frame(display_path(file), line, found["function"], statement_at(file, line, linecache.getline(file, line)))
+    return frame_at(found["file"], int(found["line"]), found["function"])
+
+
+def frame_at(file: str, line: int, function: str) -> Frame:
+    """A compiled frame by its code object's file, first line and name, its statement read from the file."""
+    return Frame(display_path(file), line, function, statement_at(file, line, linecache.getline(file, line)))
 
 
 def guards_from_refusal(message: str) -> list[Guard]:
@@ -59,11 +63,12 @@ def guards_from_refusal(message: str) -> list[Guard]:
     return guards or [Guard(first_line(message), *_located(frame), on_input=frame is not None)]
 
 
-def guard_from_reason(reason: str) -> Guard:
+def guard_from_reason(reason: str, frame: Frame | None = None) -> Guard:
     """A recompile reason of the structured trace (``0/1: GUARD  # source  # path:line in function``), located as a
-    refusal's guard is; one that names no site keeps its text, unlocated."""
+    refusal's guard is, a guard on an input at ``frame`` (the frame recompiled, ``CompileTrace.recompile_frames``);
+    one that names no site and has no frame keeps its text, unlocated."""
     found = _GUARD.match(f"- {reason}")
-    return _guard(found["text"] if found else reason, None)
+    return _guard(found["text"] if found else reason, frame)
 
 
 def _guard(text: str, frame: Frame | None) -> Guard:

@@ -100,14 +100,15 @@ class NoRecompileInRun(GraphRule):
     def judge(self, trace: CompileTrace, level: str, model: Any, mode: str = "",
               config: GenerationConfig | None = None,
               rerun: Callable[[], object] | None = None) -> RuleViolation | None:
-        from pytest_fullgraph.core.guards import guard_from_reason
+        from pytest_fullgraph.core.guards import frame_at, guard_from_reason
         from pytest_fullgraph.core.results import BreakRecord
 
         found = super().judge(trace, level, model, mode, config, rerun)
         chunked = config is not None and bool(getattr(config, "prefill_chunk_size", None))
         if found is not None or not trace.recompile_reasons or chunked or has_sliding_cache(model):
             return found
-        guard = guard_from_reason(trace.recompile_reasons[0])
+        frame = trace.recompile_frames[0] if trace.recompile_frames else None
+        guard = guard_from_reason(trace.recompile_reasons[0], frame_at(*frame) if frame else None)
         message = (f"recompiled {len(trace.recompile_reasons)} time(s) within the generation, which transformers' "
                    f"compile test fails for a cache without sliding layers: {guard.summary()}")
         return RuleViolation(BREAK, message, BreakRecord("Recompile", "Recompile", None, message, guard.file,

@@ -219,6 +219,29 @@ def test_a_chunked_prefill_recompiles_the_forward_level_per_chunk_width_and_is_r
     assert "size mismatch at index 1" in result.recompile_reasons[0]
 
 
+def _doubles(x: torch.Tensor) -> torch.Tensor:  # a frame compiled with static shapes
+    return x * 2
+
+
+def test_a_recompile_within_a_run_is_located_at_the_frame_dynamo_recompiled() -> None:
+    from pytest_fullgraph.core.compile_events import capture_compile_events
+    from pytest_fullgraph.core.guards import frame_at, guard_from_reason
+
+    torch._dynamo.reset()
+    compiled = torch.compile(_doubles, backend="eager", dynamic=False)
+    with capture_compile_events() as trace:
+        compiled(torch.ones(2))
+        compiled(torch.ones(3))
+    assert len(trace.recompile_reasons) == len(trace.recompile_frames) == 1
+    assert trace.recompile_frames[0] == (__file__, _line_of("a frame compiled with static shapes"), "_doubles")
+    frame = trace.recompile_frames[0]
+    assert frame is not None
+    guard = guard_from_reason(trace.recompile_reasons[0], frame_at(*frame))
+    assert guard.on_input and guard.where().endswith(
+        f"tests/check/test_recompiles.py:{_line_of('a frame compiled with static shapes')}")
+    assert guard.origin == "user"
+
+
 def _line_of(text: str) -> int:
     return next(number for number, line in enumerate(Path(__file__).read_text().splitlines(), 1)
                 if text in line and "_line_of" not in line)
