@@ -72,3 +72,30 @@ def test_the_committed_run_passes_llama_and_gemma_at_every_level_but_generate_as
         (model, level): "break" if level == "generate" else "pass"
         for model in ("gemma", "llama") for level in ("forward", "generate", "decode", "export", "while")}
     assert committed in (REPOSITORY / "docs" / "levels.md").read_text()
+
+
+def prefill_counts(checks: list) -> str:
+    """Per level, the committed prefill_chunk run's checks by outcome, as docs/levels.md words them."""
+    from collections import Counter
+
+    from pytest_fullgraph.core.names import OWN_LEVEL_NAMES
+
+    by_level: dict[str, Counter[str]] = {}
+    for result in checks:
+        by_level.setdefault(result.level, Counter())[result.outcome] += 1
+    def counted(level: str) -> str:
+        return ", ".join(f"{count} {outcome}" for outcome, count in sorted(by_level[level].items()))
+
+    return "; ".join(f"`{level}` {counted(level)}" for level in OWN_LEVEL_NAMES if level in by_level)
+
+
+def test_the_counts_docs_quote_for_every_model_are_the_committed_shards() -> None:
+    from pytest_fullgraph import report
+    from tests import REPOSITORY
+
+    shards = sorted((REPOSITORY / "bench/reports/prefill/all").glob("*.json.gz"))
+    assert shards, "no committed prefill_chunk shard under bench/reports/prefill/all"
+    checks = [result for shard in shards for result in report.load(shard).checks]
+    models = len({result.model for result in checks})
+    quoted = f"over {models} models ({len(shards)} of 4 shards committed): {prefill_counts(checks)}"
+    assert quoted in " ".join((REPOSITORY / "docs" / "levels.md").read_text().split())

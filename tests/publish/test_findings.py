@@ -23,9 +23,9 @@ from tests.factories import GENERATION_UTILS, a_break, a_check
 #: The committed page and the arguments that make it, relative to the repository (the page quotes them).
 PAGE, RUN, RELEASES = Path("docs/FINDINGS.md"), [Path("bench/reports")], [Path("bench/reports/releases")]
 #: The further runs the page has a section each for: the decoding-modes matrix, transformers' export paths, the
-#: popular models' second requests.
+#: popular models' second requests, chunked prefill over every model.
 ALSO = [Path("bench/reports/modes"), Path("bench/reports/hf"),
-        Path("bench/reports/recompiles/popular-aot_eager.json.gz")]
+        Path("bench/reports/recompiles/popular-aot_eager.json.gz"), Path("bench/reports/prefill/all")]
 ENVIRONMENT = {"torch": "2.13.0+cpu", "transformers": "5.24.0", "backend": "aot_eager", "max_new_tokens": 4,
                # legends are written with sorted keys: the page still puts the levels in the suite's order
                "levels": {"decode": "", "forward": ""}}
@@ -216,7 +216,8 @@ from pathlib import Path
 from pytest_fullgraph.publish import findings
 sys.stdout.write(findings.generate([Path("bench/reports")], [Path("bench/reports/releases")], Path("docs/FINDINGS.md"),
                                    also=[Path("bench/reports/modes"), Path("bench/reports/hf"),
-                                         Path("bench/reports/recompiles/popular-aot_eager.json.gz")]))
+                                         Path("bench/reports/recompiles/popular-aot_eager.json.gz"),
+                                         Path("bench/reports/prefill/all")]))
 assert not [name for name in sys.modules if name.split(".")[0] in ("torch", "transformers")
             and sys.modules[name] is not None]
 """
@@ -328,11 +329,12 @@ def test_the_readme_tables_quote_the_findings_page() -> None:
 
 def test_the_pages_that_quote_a_report_set_carry_its_provenance_line() -> None:
     """README and what-it-finds quote the counts of the basic matrix, the modes and the exporters, docs/recompiles.md
-    the popular models' second requests: each carries the line FINDINGS.md generates for that set (how many commits,
+    the popular models' second requests, docs/levels.md chunked prefill over every model: each carries the line FINDINGS.md generates for that set (how many commits,
     how many reruns), word for word."""
     lines = [line for line in (REPOSITORY / PAGE).read_text().splitlines() if line.startswith("Provenance: ")]
-    assert len(lines) == 4
-    quoting = {"README.md": lines[:3], "docs/what-it-finds.md": lines[:3], "docs/recompiles.md": lines[3:]}
+    assert len(lines) == 5
+    quoting = {"README.md": lines[:3], "docs/what-it-finds.md": lines[:3], "docs/recompiles.md": lines[3:4],
+               "docs/levels.md": lines[4:]}
     for page, quoted in quoting.items():
         text = " ".join((REPOSITORY / page).read_text().split())
         for line in quoted:
