@@ -329,8 +329,8 @@ def test_the_readme_tables_quote_the_findings_page() -> None:
 
 def test_the_pages_that_quote_a_report_set_carry_its_provenance_line() -> None:
     """README and what-it-finds quote the counts of the basic matrix, the modes and the exporters, docs/recompiles.md
-    the popular models' second requests, docs/levels.md chunked prefill over every model: each carries the line FINDINGS.md generates for that set (how many commits,
-    how many reruns), word for word."""
+    the popular models' second requests, docs/levels.md chunked prefill over every model: each carries the line
+    FINDINGS.md generates for that set (how many commits, how many reruns), word for word."""
     lines = [line for line in (REPOSITORY / PAGE).read_text().splitlines() if line.startswith("Provenance: ")]
     assert len(lines) == 5
     quoting = {"README.md": lines[:3], "docs/what-it-finds.md": lines[:3], "docs/recompiles.md": lines[3:4],
