@@ -25,7 +25,6 @@ from pytest_fullgraph.core.messages import first_line
 from pytest_fullgraph.core.model_facts import model_device, vocab_size
 from pytest_fullgraph.core.outcomes import BREAK, MISMATCH
 from pytest_fullgraph.core.recompiles import DIFFERENT, EQUAL, FAILED, RECOMPILED, Variation
-from pytest_fullgraph.core.results import BreakRecord
 
 if TYPE_CHECKING:
     import torch
@@ -180,9 +179,7 @@ def _judge(run: CheckRun, differences: dict[str, Mismatch]) -> None:
     if broken is not None:
         guard = broken.guards[0]
         result.outcome = BREAK
-        result.first_break = BreakRecord("Recompile", "Recompile", None, f"guard {guard.guard} failed on "
-                                         f"{broken.name} ({broken.change})", guard.file, guard.line,
-                                         guard.function, guard.source, guard.origin)
+        result.first_break = guard.as_break(f"guard {guard.guard} failed on {broken.name} ({broken.change})")
         result.message = (f"recompiles on {broken.name} ({broken.change}), which level {run.level.name!r} promises "
                           f"to serve without recompiling: {guard.summary()}")
         return

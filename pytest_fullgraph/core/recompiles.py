@@ -6,7 +6,10 @@ each with the code that installed it and whose code that is. No torch import: re
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_fullgraph.core.results import BreakRecord
 
 #: What a variation's call gave, besides a recompile: its tokens equal eager's, differ, or it could not run.
 EQUAL, DIFFERENT, RECOMPILED, FAILED = "equal", "different", "recompiled", "failed"
@@ -35,6 +38,13 @@ class Guard:
     def summary(self) -> str:
         installed = "on the input of the frame compiled at" if self.on_input else "installed at"
         return f"`{self.guard}` ({installed} {self.where()}, {self.origin or 'unknown origin'})"
+
+    def as_break(self, message: str) -> BreakRecord:
+        """A recompile a level promised not to make, as the break the check records at this guard."""
+        from pytest_fullgraph.core.results import BreakRecord
+
+        return BreakRecord("Recompile", "Recompile", None, message, self.file, self.line, self.function, self.source,
+                           self.origin)
 
 
 @dataclass

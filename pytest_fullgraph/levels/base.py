@@ -101,7 +101,6 @@ class NoRecompileInRun(GraphRule):
               config: GenerationConfig | None = None,
               rerun: Callable[[], object] | None = None) -> RuleViolation | None:
         from pytest_fullgraph.core.guards import frame_at, guard_from_reason
-        from pytest_fullgraph.core.results import BreakRecord
 
         found = super().judge(trace, level, model, mode, config, rerun)
         chunked = config is not None and bool(getattr(config, "prefill_chunk_size", None))
@@ -111,8 +110,7 @@ class NoRecompileInRun(GraphRule):
         guard = guard_from_reason(trace.recompile_reasons[0], frame_at(*frame) if frame else None)
         message = (f"recompiled {len(trace.recompile_reasons)} time(s) within the generation, which transformers' "
                    f"compile test fails for a cache without sliding layers: {guard.summary()}")
-        return RuleViolation(BREAK, message, BreakRecord("Recompile", "Recompile", None, message, guard.file,
-                                                         guard.line, guard.function, guard.source, guard.origin))
+        return RuleViolation(BREAK, message, guard.as_break(message))
 
 
 def has_sliding_cache(model: Any) -> bool:
