@@ -89,6 +89,7 @@ def test_in_this_repository_the_suite_is_collected_once() -> None:
     assert all(line.startswith("suites/") for line in ids)
 
 
+@pytest.mark.breadth  # tests/levels/test_levels.py decides the same without a fresh collection
 def test_the_slow_tier_adds_the_long_while_and_cudagraphs_levels() -> None:
     """while64, while256 and the cudagraphs levels are collected with RUN_SLOW only: a pull request's tier does
     not pay for them."""

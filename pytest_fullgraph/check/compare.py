@@ -3,32 +3,18 @@ whether ``generate``'s own static-cache path is to blame."""
 
 from __future__ import annotations
 
-import contextlib
 import copy
 from typing import TYPE_CHECKING, Any, cast
 
 from pytest_fullgraph.core.generation import generate, static_cache_config
-from pytest_fullgraph.core.model_facts import forward_parameters, initial_positions, model_dtype
-from pytest_fullgraph.core.results import DIVERGENCE, ROUNDING, Mismatch, PrecisionVerdict, first_line
+from pytest_fullgraph.core.logits import float64_copy, next_token_logits, rounding_step
+from pytest_fullgraph.core.mismatch import Mismatch, first_difference
+from pytest_fullgraph.core.model_facts import model_dtype
+from pytest_fullgraph.core.results import DIVERGENCE, ROUNDING, PrecisionVerdict, first_line
 
 if TYPE_CHECKING:
     import torch
     from transformers import GenerationConfig, PreTrainedModel
-
-
-def first_difference(eager: torch.Tensor, compiled: torch.Tensor, prompt_width: int) -> Mismatch:
-    """The first (row, position) where two token tensors differ, shapes allowed to differ."""
-    rows = min(eager.shape[0], compiled.shape[0])
-    length = min(eager.shape[1], compiled.shape[1])
-    for position in range(length):
-        for row in range(rows):
-            if int(eager[row, position]) != int(compiled[row, position]):
-                return Mismatch(row, position, position - prompt_width, int(eager[row, position]),
-                                int(compiled[row, position]), None, list(eager.shape), list(compiled.shape))
-    longer = eager if eager.shape[1] > length else compiled
-    token = int(longer[0, length]) if longer.shape[1] > length else None
-    return Mismatch(0, length, length - prompt_width, token if longer is eager else None,
-                    token if longer is compiled else None, None, list(eager.shape), list(compiled.shape))
 
 
 def top1_steps(config: GenerationConfig) -> bool:
@@ -58,27 +44,6 @@ def eager_logit_gap(model: PreTrainedModel, inputs: dict[str, Any], config: Gene
         return None
     top = logits[mismatch.step][mismatch.row].float().topk(2).values
     return float(top[0] - top[1])
-
-
-def next_token_logits(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """The model's logits for the token after ``input_ids`` (one full forward, no cache), positions derived
-    from the left-padded mask as ``generate`` derives them."""
-    kwargs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask, "use_cache": False}
-    if "position_ids" in forward_parameters(model):
-        kwargs["position_ids"] = initial_positions(attention_mask)
-    return model(**kwargs).logits[:, -1]
-
-
-def rounding_step(dtype: str, magnitude: float) -> float:
-    """One unit in the last place of ``dtype`` at ``magnitude``: the smallest change rounding can make there."""
-    import math
-
-    import torch
-
-    info = torch.finfo(getattr(torch, dtype))
-    if magnitude < info.tiny:
-        return float(info.tiny)
-    return float(info.eps) * 2.0 ** math.floor(math.log2(magnitude))
 
 
 def precision_verdict(model: PreTrainedModel, inputs: dict[str, Any], reference: torch.Tensor,
@@ -112,13 +77,7 @@ def precision_verdict(model: PreTrainedModel, inputs: dict[str, Any], reference:
     try:
         with torch.no_grad():
             in_dtype = next_token_logits(model, prefix, mask)[0].double()
-            reference_model: Any = copy.deepcopy(model)
-            if hasattr(reference_model, "set_experts_implementation"):
-                # grouped_mm, the default for mixture-of-experts layers, has no float64 kernel
-                with contextlib.suppress(Exception):  # a model without experts refuses the setting
-                    reference_model.set_experts_implementation("eager")
-            reference_model = reference_model.to(torch.float64)
-            exact = next_token_logits(reference_model, prefix, mask)[0].double()
+            exact = next_token_logits(float64_copy(model), prefix, mask)[0].double()
     except Exception as error:  # best effort: the mismatch stands without a class, and says why
         mismatch.precision_note = (f"rounding is not judged: the float64 reference failed "
                                    f"({type(error).__name__}: {first_line(error)})")
@@ -196,6 +155,12 @@ def static_cache_verdict(model: PreTrainedModel, inputs: dict[str, Any], config:
                 "differently, which shows neither the model's static-cache path nor the loop wrong")
     dtype = model_dtype(model)
     if dtype == "float32" or (precision is not None and precision.kind == DIVERGENCE):
+        try:
+            recompute_agrees = bool(torch.equal(_recomputed(model, inputs, config, seed), static))
+        except Exception:  # best effort, as this whole note: the blame below stands
+            recompute_agrees = False
+        if recompute_agrees:
+            return f"{found}; recomputing every step without a cache gives the static cache's: {REFERENCE_BLAMED}"
         return f"{found}: the model's static-cache path is wrong, not the loop"
     agrees, note = _caches_agree_in_float32(model, inputs, config, seed)
     if agrees:
@@ -221,6 +186,36 @@ def _caches_agree_in_float32(model: PreTrainedModel, inputs: dict[str, Any], con
     except Exception as error:  # best effort: without float32 the blame stands, and says it was not checked
         return None, f"not checked in float32: {type(error).__name__}: {first_line(error)}"
     return bool(torch.equal(default, static)), ""
+
+
+#: What a verdict says when the eager reference's (default) cache path is the one that is wrong.
+REFERENCE_BLAMED = "the default cache's path, the eager reference, is wrong, not the static cache's nor the loop"
+
+
+def _recomputed(model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig, seed: int) -> torch.Tensor:
+    """``generate`` recomputing every step without a cache (transformers PR #48289's reference), same seed."""
+    recompute = copy.deepcopy(config)
+    recompute.use_cache, recompute.cache_implementation = False, None
+    return generate(model, inputs, recompute, seed)
+
+
+def reference_against_recompute(model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig,
+                                 seed: int, eager: torch.Tensor) -> str:
+    """After a compiled level's mismatch: whether the eager reference itself differs from recomputing every step
+    without a cache (``use_cache=False``, transformers PR #48289's reference), which would make the reference's
+    cache path, not the compiled run, the suspect; "" when they agree."""
+    import torch
+
+    try:
+        recomputed = _recomputed(model, inputs, config, seed)
+    except Exception as error:  # a note, best effort: the mismatch stands
+        return f" (recomputing without a cache failed: {type(error).__name__}: {first_line(error)})"
+    if torch.equal(recomputed, eager):
+        return ""
+    where = first_difference(eager, recomputed, int(inputs["input_ids"].shape[1]))
+    return (f"; the eager reference itself differs from recomputing every step without a cache (use_cache=False) at "
+            f"row {where.row}, position {where.position}: {where.eager_token} vs {where.compiled_token}: the "
+            "reference's cache path is suspect (--fullgraph-levels=cache judges it)")
 
 
 def eager_failure_blame(model: PreTrainedModel, inputs: dict[str, Any], base: GenerationConfig,

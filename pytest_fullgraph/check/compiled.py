@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from pytest_fullgraph.check.compare import reference_against_recompute
 from pytest_fullgraph.check.state import CheckRun, explained_difference
 from pytest_fullgraph.check.variations import try_variations
 from pytest_fullgraph.core import breaks, compile_events
@@ -56,6 +57,10 @@ def compile_and_compare(run: CheckRun, eager: torch.Tensor) -> None:
         result.outcome, result.message = violation.outcome, violation.message
         result.first_break = violation.where or result.first_break
         return
+    own = seeded(run.seed, lambda: level.judge_run(run.model, run.inputs, config, eager, compiled))
+    if own is not None:
+        result.outcome, result.message, result.mismatch = own.outcome, own.message, own.mismatch
+        return
     if torch.equal(eager, compiled):
         counted = f"{trace.graph_count} graph(s), " if level.graph_rule.counts_graphs else ""
         result.outcome, result.message = PASS, f"{counted}tokens equal to eager"
@@ -66,6 +71,7 @@ def compile_and_compare(run: CheckRun, eager: torch.Tensor) -> None:
         return
     result.outcome, result.mismatch = MISMATCH, explained_difference(run, eager, compiled)
     cause = seeded(run.seed, lambda: level.mismatch_cause(run.model, run.inputs, config, eager))
+    cause += reference_against_recompute(run.model, run.inputs, config, run.seed, eager)
     result.message = f"compiled tokens differ from eager at {result.mismatch.describe()}{cause}"
 
 

@@ -13,7 +13,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pytest_fullgraph.check.compare import eager_failure_blame, first_difference, static_cache_verdict
+from pytest_fullgraph.check.compare import (
+    REFERENCE_BLAMED,
+    eager_failure_blame,
+    first_difference,
+    reference_against_recompute,
+    static_cache_verdict,
+)
 from pytest_fullgraph.check.compiled import compile_and_compare
 from pytest_fullgraph.check.inputs import generate_kwargs as scenario_generate_kwargs
 from pytest_fullgraph.check.inputs import generation_config, make_inputs, model_generation_defaults, scenario_values
@@ -21,7 +27,7 @@ from pytest_fullgraph.check.scenarios import SCENARIOS, Scenario
 from pytest_fullgraph.check.state import CheckRun, explained_difference
 from pytest_fullgraph.core import breaks
 from pytest_fullgraph.core.compute import forget_compiled, reproducible_compute
-from pytest_fullgraph.core.generation import UnsupportedGeneration, generate, seeded
+from pytest_fullgraph.core.generation import GENERATE_REFUSES, UnsupportedGeneration, generate, seeded
 from pytest_fullgraph.core.messages import first_line, summary
 from pytest_fullgraph.core.model_facts import model_device, model_dtype
 from pytest_fullgraph.core.outcomes import BREAK, ERROR, MISMATCH, NONDETERMINISTIC, PASS, SKIP, Stage
@@ -37,11 +43,6 @@ if TYPE_CHECKING:
 
 #: How PyTorch says an op has no kernel for a dtype on this device: the combination is skipped, not failed.
 _NO_KERNEL = re.compile(r"not implemented for '(BFloat16|Half|Float8\w*)'")
-#: transformers' generate refusing a mode for a kind of model (by name, or the cache it lacks: models that build
-#: their own, use_cache=False): no reference, so no verdict (a skip)
-_GENERATE_REFUSES = re.compile(r"assisted generation is not supported with stateful models|"
-                               r"cannot use beam search with a cache currently|Assisted decoding requires a cache|"
-                               r"Cannot use prefill chunking without a cache|Chunked prefill cannot split")
 
 
 def run_check(
@@ -130,7 +131,7 @@ def _judge_exception(run: CheckRun, error: Exception) -> None:
     eager = run.stage in (Stage.EAGER, Stage.OWN_LOOP)
     if eager and _NO_KERNEL.search(str(error)):
         result.outcome, result.message = SKIP, f"{result.dtype} cannot run here{detail}"
-    elif run.stage is Stage.EAGER and _GENERATE_REFUSES.search(str(error)):
+    elif run.stage is Stage.EAGER and GENERATE_REFUSES.search(str(error)):
         result.outcome, result.message = SKIP, f"transformers' generate refuses this mode for this model{detail}"
     elif isinstance(error, UnsupportedGeneration):  # the loop refuses a setting by name: its own diagnosis
         result.outcome, result.message = SKIP, f"unsupported by {run.level.own_loop or 'the level'}: {error}"
@@ -201,5 +202,7 @@ def _own_loop_agrees(run: CheckRun, eager: torch.Tensor) -> bool:
     where = result.mismatch.describe(level.own_loop)
     verdict = static_cache_verdict(run.model, run.inputs, config, run.seed, eager, level.own_loop_blame,
                                    level.prompt_bound(run.inputs, config))
+    if REFERENCE_BLAMED not in verdict:
+        verdict += reference_against_recompute(run.model, run.inputs, config, run.seed, eager)
     result.message = f"{level.own_loop} run eagerly differs from model.generate at {where}{verdict}"
     return False

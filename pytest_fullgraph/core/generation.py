@@ -7,6 +7,7 @@ all go through it.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -15,6 +16,12 @@ if TYPE_CHECKING:
     from transformers import GenerationConfig, PreTrainedModel
 
 T = TypeVar("T")
+
+#: transformers' generate refusing a mode for a kind of model (by name, or the cache it lacks: models that build
+#: their own, use_cache=False): no reference, so no verdict (a skip)
+GENERATE_REFUSES = re.compile(r"assisted generation is not supported with stateful models|"
+                              r"cannot use beam search with a cache currently|Assisted decoding requires a cache|"
+                              r"Cannot use prefill chunking without a cache|Chunked prefill cannot split")
 
 
 class UnsupportedGeneration(ValueError):

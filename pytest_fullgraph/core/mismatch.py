@@ -5,7 +5,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 #: Classes of a mismatch, from its float64 reference (see ``PrecisionVerdict``).
 ROUNDING, DIVERGENCE = "rounding", "divergence"
@@ -84,3 +87,18 @@ class Mismatch:
         if fields.get("precision"):
             fields["precision"] = PrecisionVerdict(**fields["precision"])
         return cls(**fields)
+
+
+def first_difference(eager: torch.Tensor, compiled: torch.Tensor, prompt_width: int) -> Mismatch:
+    """The first (row, position) where two token tensors differ, shapes allowed to differ."""
+    rows = min(eager.shape[0], compiled.shape[0])
+    length = min(eager.shape[1], compiled.shape[1])
+    for position in range(length):
+        for row in range(rows):
+            if int(eager[row, position]) != int(compiled[row, position]):
+                return Mismatch(row, position, position - prompt_width, int(eager[row, position]),
+                                int(compiled[row, position]), None, list(eager.shape), list(compiled.shape))
+    longer = eager if eager.shape[1] > length else compiled
+    token = int(longer[0, length]) if longer.shape[1] > length else None
+    return Mismatch(0, length, length - prompt_width, token if longer is eager else None,
+                    token if longer is compiled else None, None, list(eager.shape), list(compiled.shape))

@@ -13,7 +13,7 @@ from __future__ import annotations
 #: The levels this package runs itself (transformers' compiled forward and ``generate``, our loop compiled, exported
 #: and under CUDA graphs), in the report's column order.
 OWN_LEVEL_NAMES = ("forward", "generate", "decode", "export", "while", "while64", "while256", "cudagraphs",
-                   "cudagraphs_while")
+                   "cudagraphs_while", "cache")
 #: transformers' own ways out of Python (``levels.hf``, opt-in), after ours.
 HF_LEVEL_NAMES = ("hf_dynamo", "hf_onnx", "hf_executorch", "hf_et_helper")
 #: Every built-in level, in the report's column order (``levels.builtin.BUILTIN_LEVELS``'s).

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from transformers import GenerationConfig, PreTrainedModel
 
     from pytest_fullgraph.core.compile_events import CompileTrace, CountingBackend
+    from pytest_fullgraph.core.mismatch import Mismatch
     from pytest_fullgraph.core.results import BreakRecord
 
 
@@ -35,6 +36,15 @@ class RuleViolation:
     message: str
     #: where the rule was broken, when a line of code says it (a recompile's guard): the check's ``first_break``
     where: BreakRecord | None = None
+
+
+@dataclass(frozen=True)
+class RunVerdict:
+    """A level's own verdict on its run (``Level.judge_run``), where tokens equal to eager's are not all it asks."""
+
+    outcome: str
+    message: str
+    mismatch: Mismatch | None = None
 
 
 #: Generation modes whose loop in transformers (5.24: ``_beam_search``) never calls ``get_compiled_call``.
@@ -199,6 +209,12 @@ class Level:
         """A second request of what the last ``run_compiled`` compiled, with other inputs or config: by default
         ``run_compiled`` again with the same backend, which dynamo serves from its cache while the guards hold."""
         return self.run_compiled(model, inputs, config, backend)
+
+    def judge_run(self, model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig,
+                  eager: torch.Tensor, produced: torch.Tensor) -> RunVerdict | None:
+        """The level's own verdict on what ``run_compiled`` produced, in place of comparing its tokens with eager's
+        (the cache level compares three eager paths and their logits); None: compare the tokens."""
+        return None
 
     def recompile_excuse(self, model: PreTrainedModel, config: GenerationConfig, variation: str) -> str:
         """Why a recompile on a promised ``variation`` does not fail the check for this model and config (the

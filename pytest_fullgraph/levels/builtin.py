@@ -21,6 +21,7 @@ from pytest_fullgraph.levels.base import (
     further_arguments,
     has_sliding_cache,
 )
+from pytest_fullgraph.levels.cache import CacheLevel
 from pytest_fullgraph.levels.hf import HF_LEVELS
 from pytest_fullgraph.loop.steps import per_width_reason
 
@@ -287,7 +288,7 @@ class ExportLevel(DecodeLevel):
 #: The built-in levels, in their canonical order (test ids, report columns).
 BUILTIN_LEVELS: tuple[type[Level], ...] = (ForwardLevel, GenerateLevel, DecodeLevel, ExportLevel, WhileLevel,
                                            While64Level, While256Level, CudagraphsLevel, CudagraphsWhileLevel,
-                                           *HF_LEVELS)
+                                           CacheLevel, *HF_LEVELS)
 # reports order levels by ``core.names`` (they may not import levels): it must list these, in this order
 assert tuple(level.name for level in BUILTIN_LEVELS) == BUILTIN_LEVEL_NAMES, "core.names differs from BUILTIN_LEVELS"
 

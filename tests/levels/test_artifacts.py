@@ -140,6 +140,7 @@ def test_a_bounded_program_says_its_bound_and_refuses_a_larger_batch(exported: d
         bounded(torch.ones(4, 8, dtype=torch.long), torch.ones(4, 8, dtype=torch.long))
 
 
+@pytest.mark.breadth  # the bounded program's refusal above takes the same path
 def test_other_shapes_are_refused_before_the_program_runs(exported: dict[str, Any]) -> None:
     fixed = load_generate(save_generate(exported["static"], exported["directory"] / "shapes"))
     with pytest.raises(ArtifactError, match=r"input_ids is \(3, 8\) torch.int64, but the program takes \(2, 8\) "

@@ -86,7 +86,7 @@ def test_an_unknown_level_is_a_usage_error_with_close_names_never_the_whole_list
     result = pytester.runpytest("--fullgraph-models=llama", f"--fullgraph-levels={value}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"ERROR: --fullgraph-levels: {problem}; valid: default, all, globs such as hf_[*], "
-                                 "or one of the 13 level names (python -m pytest_fullgraph levels lists the "
+                                 "or one of the 14 level names (python -m pytest_fullgraph levels lists the "
                                  "built-in ones)"])
     errors = [line for line in result.errlines if line.startswith("ERROR:")]
     assert len(errors) == 1 and "while256" not in errors[0] and "hf_et_helper" not in errors[0], errors
@@ -282,3 +282,14 @@ def test_watching_generate_leaves_the_model_as_it_was_when_the_rerun_fails() -> 
     assert seen.why("assisted_generation", 4) == \
         "generate built no cache, with which _valid_auto_compile_criteria keeps the forward uncompiled"
     assert "_valid_auto_compile_criteria" not in vars(model) and not model._forward_pre_hooks
+
+
+def test_the_slow_tier_adds_the_long_while_and_cudagraphs_levels_and_neither_tier_the_opt_in_ones() -> None:
+    """The unit form of the installed test that collects the suite with RUN_SLOW (a breadth test)."""
+    from pytest_fullgraph.levels.builtin import builtin_levels
+
+    levels = builtin_levels()
+    fast, slow = levels.default(run_slow=False), levels.default(run_slow=True)
+    assert fast == ("forward", "generate", "decode", "export", "while")
+    assert set(slow) - set(fast) == {"while64", "while256", "cudagraphs", "cudagraphs_while"}
+    assert not {"cache", "hf_dynamo", "hf_onnx", "hf_executorch", "hf_et_helper"} & set(slow)

@@ -240,6 +240,7 @@ def test_progress_lines_count_every_test_and_the_report_has_the_checks_durations
     assert all(check["duration_s"] >= sum(check["timings"].values()) for check in checks)
 
 
+@pytest.mark.breadth  # two runs; the unit test of the old boolean values above decides the same
 def test_an_ini_from_when_the_option_was_a_flag_still_turns_it_on_and_off_turns_it_off(
         toy_project: pytest.Pytester) -> None:
     with_a_plain_test(toy_project).makeini("[pytest]\nfullgraph_progress = true\n")
@@ -254,6 +255,7 @@ def test_by_default_there_is_no_progress_line_where_stdout_is_no_terminal(toy_pr
     assert "tests done" not in result.stdout.str()
 
 
+@pytest.mark.breadth  # the unit test of the auto mode above decides the same; this one runs pytest in a pseudo-terminal
 def test_by_default_a_run_in_a_terminal_writes_the_lines(toy_project: pytest.Pytester) -> None:
     """In a pseudo-terminal, as a user's shell runs pytest; without the ``CI`` variable of a CI job."""
     with_a_plain_test(toy_project)

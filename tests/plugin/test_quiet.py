@@ -108,6 +108,7 @@ def test_listing_every_model_prints_no_transformers_warning() -> None:
     assert "models (not built)" in completed.stdout.splitlines()[-1]
 
 
+@pytest.mark.breadth  # a fresh process; what is held and what is shown is unit-tested below
 def test_verbose_shows_transformers_warnings_as_they_come() -> None:
     completed = cli("models", "apertus", "--no-build", "--verbose")
     assert completed.returncode == 0, completed.stderr[-2000:]

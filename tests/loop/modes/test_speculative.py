@@ -83,6 +83,7 @@ def test_uniform_draws_are_one_call_of_the_drafts_length(count: int) -> None:
     assert torch.equal(draws[:count], expected) and not draws[count:].any()
 
 
+@pytest.mark.breadth  # a reproducer run in a fresh process, as the other verified reproducers
 def test_the_dynamo_bug_behind_initialize_before_draws_has_a_standalone_reproducer() -> None:
     """``assisted.initialize_before_draws`` works around a dynamo bug; docs/upstream/dynamo_attribute_after_cond.py
     is what PyTorch would be handed: with torch alone, in a fresh process, it says BUG (torch 2.13, measured) or
