@@ -32,6 +32,8 @@ TEMPLATES = {
     "forward_mismatch": "eager and compiled model.generate(cache_implementation=\"static\"), compared with torch.equal",
     "helper_mismatch": "transformers' ExecuTorch helper (TorchExportableModuleWithStaticCache.generate) against "
                        "model.generate, compared with torch.equal",
+    "cache_divergence": "model.generate on one cache, each step's logits against float64 recomputing the step from "
+                        "its prefix without a cache",
 }
 #: Built-in levels whose eager reference is ``generate`` with a static cache (``Level.reference_config``); the
 #: others' reference is ``generate`` as configured.
@@ -50,6 +52,10 @@ _CRASHED = re.compile(r"with fullgraph=True the compiler crashed instead: (?P<ty
                       re.DOTALL)
 _INNER_TYPE = re.compile(r"^(\w+): ")
 _DEFAULT_WORKS = "model.generate with the default cache works"
+#: The cache level's words for a path whose logits leave float64 (``levels.cache``), and for one that fails.
+_CACHE_OFF = re.compile(r"(?:^|; )the (?P<path>default|static) cache \(\w+\) is off at step \d+")
+_CACHE_FAILS = re.compile(r"generate with the static cache fails(?: at (?P<where>\S+:\d+))?: (?P<type>\w+): "
+                          r"(?P<message>.*?) \(the default cache works", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -122,6 +128,8 @@ def plan_for(result: CheckResult) -> Plan | str:
         return f"a {result.outcome} is not a failure a script can show"
     if result.level.startswith("hf_"):
         return _export_path_plan(result)
+    if result.level == "cache":
+        return _cache_plan(result)
     if result.level not in OWN_LEVEL_NAMES:  # transformers' export paths (hf_*) are planned above
         return f"level {result.level!r} is not built in: what it runs is not known here"
     if result.message.startswith("timeout after"):
@@ -147,6 +155,19 @@ def _export_path_plan(result: CheckResult) -> Plan | str:
         return Plan(("helper_mismatch",), Expected("mismatch", message=result.headline()))
     return (f"a failure of transformers' export path {result.level}: the check shows it (`pytest "
             f"--fullgraph-levels={result.level} --fullgraph-models={result.model} -k {result.scenario}`)")
+
+
+def _cache_plan(result: CheckResult) -> Plan | str:
+    """The cache level: a path off float64 (a divergence, also where its tokens are still equal) before a static
+    cache that fails; a rounding flip is nobody's bug."""
+    off = _CACHE_OFF.search(result.message)
+    if off is not None:
+        return Plan(("cache_divergence",), Expected("mismatch", message=result.headline()),
+                    static=off["path"] == "static")
+    failed = _CACHE_FAILS.search(result.message)
+    if failed is not None:
+        return Plan(("static_error",), Expected("error", failed["type"], failed["where"] or "", failed["message"]))
+    return f"no cache path is off float64 or fails ({result.headline()}): a rounding flip is nobody's bug"
 
 
 def _eager_plan(result: CheckResult, stage: Stage) -> Plan | str:

@@ -117,6 +117,32 @@ BODIES = {
            f"generate {{expected[row, position].item()}}, helper {{helper[row, position].item()}}; {{whose}}")
 ''',
 }
+_RECOMPUTE = '''def recompute(model, sequences, mask, width):  # each row's next-token logits from its unpadded prefix
+    kept = torch.cat([mask, mask.new_ones(mask.shape[0], width - mask.shape[1])], -1).bool()
+    prefixes = [sequences[row, :width][kept[row]][None] for row in range(sequences.shape[0])]
+    return torch.cat([model(input_ids=prefix, use_cache=False).logits[:, -1] for prefix in prefixes]).double()
+'''
+#: How a cache-divergence script makes its float64 model: a model with experts takes the eager experts first.
+FLOAT64 = '''    reference = copy.deepcopy(model).double()  # float64: what each step's logits are measured against
+'''
+FLOAT64_EXPERTS = '''    reference = copy.deepcopy(model)  # float64: what each step's logits are measured against
+    reference.set_experts_implementation("eager")  # grouped_mm, the experts' default, has no float64 kernel
+    reference = reference.double()
+'''
+_CACHE_DIVERGENCE = '''    torch.set_num_threads(1)
+$float64    with torch.no_grad():
+        cached = generate(output_logits=True, return_dict_in_generate=True, $extra)
+        for step, logits in enumerate(cached.logits):
+            width, mask = input_ids.shape[1] + step, inputs["attention_mask"]
+            exact, own = (recompute(m, cached.sequences, mask, width) for m in (reference, model))
+            noise = (own - exact).abs().max().item()  # how far the model's own dtype lands from float64 here
+            ulp = torch.finfo(model.dtype).eps * 2.0 ** math.floor(math.log2(exact.abs().max().item()))
+            allowed, off = max(16 * noise, 64 * ulp), (logits.double() - exact).abs().max().item()
+            if off > allowed:
+                finish({"kind": "mismatch"}, f"$path_text is off at step {step}: its logits are {off:.3g} off "
+                       f"float64, where {model.dtype}'s own recompute is {noise:.3g} off (tolerance {allowed:.3g})")
+    finish(None, "$path_text: every step's logits within rounding of float64")
+'''
 _POSITIONS = '''def positions_loop(module, row, new_tokens):  # the exported forward fed each token at its own position
     tokens = list(row[0])
     for position in range(row.shape[1] + new_tokens - 1):
@@ -130,7 +156,9 @@ _BREAKS = (_HELPERS, _COMPILE_ERRORS, _FINISH)
 #: so they need no ``found_in``; the compiling ones tell a graph break from a compiler crash.
 HELPER_BLOCKS = {"static_error": _RAISES, "eager_error": _RAISES, "not_compiled": _RAISES,
                  "generate_break": _BREAKS, "forward_compile": _BREAKS, "compiled_generate": _BREAKS,
-                 "forward_mismatch": (_FINISH,), "helper_mismatch": (_FINISH, _POSITIONS)}
+                 "forward_mismatch": (_FINISH,), "helper_mismatch": (_FINISH, _POSITIONS),
+                 "cache_divergence": (_FINISH, _RECOMPUTE)}
+BODIES["cache_divergence"] = _CACHE_DIVERGENCE
 #: The ``forward_compile`` template's body: the forward compiled alone, its ``$calls`` below.
 FORWARD = '''    forward = torch.compile(model, fullgraph=True, backend="eager")
     prefill = dict(inputs, ${positions}use_cache=True)

@@ -20,6 +20,8 @@ from pytest_fullgraph.repro.snippets import (
     CATCH,
     COMPILE_TEMPLATES,
     EXPLAIN,
+    FLOAT64,
+    FLOAT64_EXPERTS,
     FORWARD,
     GENERATE,
     GENERATE_TEMPLATES,
@@ -102,6 +104,7 @@ def _imports(script: Script) -> list[str]:
     if script.template in ("compiled_generate", "not_compiled", "forward_mismatch"):
         names.add("CompileConfig")
     lines = ["import json, re, sys, traceback" if script.template in COMPILE_TEMPLATES else
+             "import copy, json, math, sys, traceback" if script.template == "cache_divergence" else
              "import json, sys, traceback", "import torch"]
     if script.project:
         lines.insert(1, "import importlib.util, types" if script.stand_in else "import importlib.util")
@@ -146,6 +149,8 @@ def _main(script: Script) -> list[str]:
         lines.append(Template(GENERATE).substitute(seed=script.seed).rstrip("\n"))
     body = Template(BODIES[script.template].replace(CATCH, catch)).substitute(
         seed=script.seed, extra=STATIC if script.static else "", backend_name=script.backend,
+        path_text="the static cache" if script.static else "the default cache",
+        float64=FLOAT64_EXPERTS if any("expert" in key for key in script.config) else FLOAT64,
         inductor="\n    torch._inductor.config.fallback_random = True" if script.backend == "inductor" else "")
     return [*lines, body]
 

@@ -105,3 +105,36 @@ def test_a_project_file_is_matched_by_its_end_on_the_recorded_line() -> None:
     assert expected.differs(found) == ""
     assert expected.differs({**found, "where": "/home/me/project/conftest.py:12"})
     assert expected.differs({**found, "where": "/home/me/project/myconftest.py:9"})
+
+
+DEFAULT_OFF = ("the default cache (DynamicCache) is off at step 1: its logits are 0.0206 off float64 (row 1), where "
+               "float32's own recompute is 1.12e-05 off (tolerance 0.000179); first off at layer 0 (linear_attention, "
+               "LinearAttentionLayer); its tokens still equal recompute's over 16 steps: that cache path of the model or "
+               "transformers is wrong")
+STATIC_FAILS = ("generate with the static cache fails at transformers/cache_utils.py:487: IndexError: index_copy_(): "
+                "index 23 is out of bounds for dimension 2 with size 23 (the default cache works: that path of the "
+                "model or transformers is wrong)")
+
+
+@pytest.mark.parametrize(("message", "static"), [
+    (DEFAULT_OFF, False),
+    (DEFAULT_OFF.replace("the default cache (DynamicCache)", "the static cache (StaticCache)"), True),
+    (f"{STATIC_FAILS}; {DEFAULT_OFF}", False),  # a divergence is shown before a static cache that fails
+])
+def test_a_cache_path_off_float64_is_shown_by_that_path_against_float64(message: str, static: bool) -> None:
+    plan = plan_for(check(model="zamba2", level="cache", outcome="mismatch", stage="compiled generation",
+                          message=message))
+    assert isinstance(plan, Plan) and plan.templates == ("cache_divergence",) and plan.static is static
+    assert plan.expected.kind == "mismatch"
+
+
+def test_a_cache_levels_failing_static_cache_alone_is_shown_as_the_static_error_and_a_flip_gets_no_script() -> None:
+    plan = plan_for(check(level="cache", outcome="error", stage="compiled generation", message=STATIC_FAILS))
+    assert isinstance(plan, Plan) and plan.templates == ("static_error",)
+    assert plan.expected.as_found() == {"kind": "error", "type": "IndexError",
+                                        "where": "transformers/cache_utils.py:487"}
+    flip = plan_for(check(level="cache", outcome="mismatch", stage="compiled generation",
+                          message="the static cache (StaticCache) differs from the default cache at row 0, position 9 "
+                                  "(new token 1): 3 vs 4, with every path's logits within rounding of float64 up to "
+                                  "it: a rounding flip"))
+    assert isinstance(flip, str) and "a rounding flip is nobody's bug" in flip
