@@ -147,12 +147,12 @@ def test_levels_lists_the_built_in_levels_and_when_a_run_collects_them(capsys: p
     rows = [line.split(None, 2)[:2] for line in capsys.readouterr().out.splitlines()]
     assert rows == [["while", "default"], ["while64", "slow"], ["while256", "slow"], ["hf_dynamo", "opt-in"]]
     assert command_line.main(["levels", "--json"]) == 0
-    assert len(json.loads(capsys.readouterr().out)) == 14
+    assert len(json.loads(capsys.readouterr().out)) == 15
 
 
 def test_an_unknown_level_in_the_levels_command_is_one_line_with_close_names(
         capsys: pytest.CaptureFixture[str]) -> None:
     assert command_line.main(["levels", "decod"]) == 2
     assert capsys.readouterr().err == ("pytest_fullgraph: error: unknown level 'decod' (did you mean decode?); "
-                                       "valid: default, all, globs such as hf_*, or one of the 14 level names "
+                                       "valid: default, all, globs such as hf_*, or one of the 15 level names "
                                        "(python -m pytest_fullgraph levels lists the built-in ones)\n")

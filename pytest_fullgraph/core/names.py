@@ -15,7 +15,7 @@ from __future__ import annotations
 OWN_LEVEL_NAMES = ("forward", "generate", "decode", "export", "while", "while64", "while256", "cudagraphs",
                    "cudagraphs_while", "cache")
 #: transformers' own ways out of Python (``levels.hf``, opt-in), after ours.
-HF_LEVEL_NAMES = ("hf_dynamo", "hf_onnx", "hf_executorch", "hf_et_helper")
+HF_LEVEL_NAMES = ("hf_dynamo", "hf_onnx", "hf_executorch", "hf_et_helper", "hf_openvino")
 #: Every built-in level, in the report's column order (``levels.builtin.BUILTIN_LEVELS``'s).
 BUILTIN_LEVEL_NAMES = OWN_LEVEL_NAMES + HF_LEVEL_NAMES
 

@@ -23,6 +23,7 @@ from pytest_fullgraph.levels.base import (
 )
 from pytest_fullgraph.levels.cache import CacheLevel
 from pytest_fullgraph.levels.hf import HF_LEVELS
+from pytest_fullgraph.levels.hf_openvino import HfOpenvinoLevel
 from pytest_fullgraph.loop.steps import per_width_reason
 
 if TYPE_CHECKING:
@@ -288,7 +289,7 @@ class ExportLevel(DecodeLevel):
 #: The built-in levels, in their canonical order (test ids, report columns).
 BUILTIN_LEVELS: tuple[type[Level], ...] = (ForwardLevel, GenerateLevel, DecodeLevel, ExportLevel, WhileLevel,
                                            While64Level, While256Level, CudagraphsLevel, CudagraphsWhileLevel,
-                                           CacheLevel, *HF_LEVELS)
+                                           CacheLevel, *HF_LEVELS, HfOpenvinoLevel)
 # reports order levels by ``core.names`` (they may not import levels): it must list these, in this order
 assert tuple(level.name for level in BUILTIN_LEVELS) == BUILTIN_LEVEL_NAMES, "core.names differs from BUILTIN_LEVELS"
 

@@ -90,7 +90,8 @@ def test_an_exporter_that_makes_no_prefill_and_decode_programs_is_a_skip_naming_
 
 
 @pytest.mark.parametrize(("level", "extra", "package"), [("hf_onnx", "onnx", "onnxscript"),
-                                                         ("hf_executorch", "executorch", "executorch")])
+                                                         ("hf_executorch", "executorch", "executorch"),
+                                                         ("hf_openvino", "openvino", "openvino")])
 def test_without_its_extra_a_level_is_a_skip_naming_it(level: str, extra: str, package: str,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     found = importlib.util.find_spec
@@ -102,12 +103,21 @@ def test_without_its_extra_a_level_is_a_skip_naming_it(level: str, extra: str, p
 
 
 
-HAS = {name: importlib.util.find_spec(name) is not None for name in ("onnxruntime", "onnxscript", "executorch")}
+HAS = {name: importlib.util.find_spec(name) is not None
+       for name in ("onnxruntime", "onnxscript", "executorch", "openvino")}
 
 
 @pytest.mark.skipif(not (HAS["onnxruntime"] and HAS["onnxscript"]), reason="needs pytest_fullgraph[onnx]")
 def test_transformers_onnx_exporter_run_by_onnxruntime_gives_generates_tokens_on_a_padded_batch() -> None:
     result = run_check(build_tiny("llama"), "llama", "padded", "hf_onnx", "aot_eager", 4)
+    assert (result.outcome, result.message) == ("pass", "tokens equal to eager"), result.message
+
+
+@pytest.mark.breadth
+@pytest.mark.skipif(not HAS["openvino"], reason="needs pytest_fullgraph[openvino]")
+def test_transformers_openvino_exporter_run_by_openvino_gives_generates_tokens_on_a_padded_batch() -> None:
+    """Converted with stateful=False (the cache in and out, as the host loop feeds it), about 10 s on 2 cores."""
+    result = run_check(build_tiny("llama"), "llama", "padded", "hf_openvino", "aot_eager", 4)
     assert (result.outcome, result.message) == ("pass", "tokens equal to eager"), result.message
 
 

@@ -86,7 +86,7 @@ def test_an_unknown_level_is_a_usage_error_with_close_names_never_the_whole_list
     result = pytester.runpytest("--fullgraph-models=llama", f"--fullgraph-levels={value}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"ERROR: --fullgraph-levels: {problem}; valid: default, all, globs such as hf_[*], "
-                                 "or one of the 14 level names (python -m pytest_fullgraph levels lists the "
+                                 "or one of the 15 level names (python -m pytest_fullgraph levels lists the "
                                  "built-in ones)"])
     errors = [line for line in result.errlines if line.startswith("ERROR:")]
     assert len(errors) == 1 and "while256" not in errors[0] and "hf_et_helper" not in errors[0], errors
@@ -292,4 +292,4 @@ def test_the_slow_tier_adds_the_long_while_and_cudagraphs_levels_and_neither_tie
     fast, slow = levels.default(run_slow=False), levels.default(run_slow=True)
     assert fast == ("forward", "generate", "decode", "export", "while")
     assert set(slow) - set(fast) == {"while64", "while256", "cudagraphs", "cudagraphs_while"}
-    assert not {"cache", "hf_dynamo", "hf_onnx", "hf_executorch", "hf_et_helper"} & set(slow)
+    assert not {"cache", "hf_dynamo", "hf_onnx", "hf_executorch", "hf_et_helper", "hf_openvino"} & set(slow)

@@ -109,8 +109,8 @@ def test_a_project_file_is_matched_by_its_end_on_the_recorded_line() -> None:
 
 DEFAULT_OFF = ("the default cache (DynamicCache) is off at step 1: its logits are 0.0206 off float64 (row 1), where "
                "float32's own recompute is 1.12e-05 off (tolerance 0.000179); first off at layer 0 (linear_attention, "
-               "LinearAttentionLayer); its tokens still equal recompute's over 16 steps: that cache path of the model or "
-               "transformers is wrong")
+               "LinearAttentionLayer); its tokens still equal recompute's over 16 steps: that cache path of the model "
+               "or transformers is wrong")
 STATIC_FAILS = ("generate with the static cache fails at transformers/cache_utils.py:487: IndexError: index_copy_(): "
                 "index 23 is out of bounds for dimension 2 with size 23 (the default cache works: that path of the "
                 "model or transformers is wrong)")

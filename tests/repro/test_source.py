@@ -37,7 +37,8 @@ def test_every_script_is_python_that_imports_torch_and_transformers_only(templat
     assert roots <= standard | {"torch", "transformers"} and not imports_package(text)
     defined = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
     called = {node.func.id for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
-    assert called & {"where", "found_in", "finish", "positions_loop", "recompute"} <= defined  # each helper it calls it defines
+    helpers = {"where", "found_in", "finish", "positions_loop", "recompute"}
+    assert called & helpers <= defined  # each helper it calls it defines
     assert text.startswith("# Reproducer of m-greedy-forward-float32 (+1 check failing alike)")
     assert "layers 2→1" in text and len(text.splitlines()) <= MAX_LINES
 
