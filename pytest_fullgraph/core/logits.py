@@ -64,28 +64,14 @@ class StepOutputs:
 def recompute_steps(model: Any, sequences: torch.Tensor, attention_mask: torch.Tensor,
                     prompt_width: int) -> list[StepOutputs]:
     """Every step of a generation whose tokens are ``sequences`` recomputed from its own prefix (teacher forced, no
-    cache), logits in float64: what ``generate(use_cache=False)`` computes at each step, for those tokens.
-
-    Each row runs alone without its left padding: a padded row's masked positions make NaN in float64 in some
-    models (gemma2's attention over a fully masked query row), and 0 x NaN reaches the real positions."""
+    cache) as ``generate(use_cache=False)`` feeds the model: the padded batch, the mask extended with ones, positions
+    from the mask where the forward takes them; logits and hidden states in float64."""
     import torch
 
     steps = []
     for step in range(int(sequences.shape[1]) - prompt_width):
-        width = prompt_width + step
-        outputs = []
-        for row in range(int(sequences.shape[0])):
-            kept = sequences[row, :width][_row_mask(attention_mask[row], step).bool()][None]
-            outputs.append(next_token_logits(model, kept, torch.ones_like(kept), hidden_states=True))
-        layers = [getattr(output, "hidden_states", None) or () for output in outputs]
-        steps.append(StepOutputs(torch.cat([output.logits[:, -1] for output in outputs]).double(),
-                                 [torch.cat([row_layers[index][:, -1] for row_layers in layers]).double()
-                                  for index in range(min(len(row_layers) for row_layers in layers))]))
+        mask = torch.cat([attention_mask, attention_mask.new_ones((attention_mask.shape[0], step))], dim=-1)
+        output = next_token_logits(model, sequences[:, :prompt_width + step], mask, hidden_states=True)
+        layers = getattr(output, "hidden_states", None) or ()
+        steps.append(StepOutputs(output.logits[:, -1].double(), [layer[:, -1].double() for layer in layers]))
     return steps
-
-
-def _row_mask(prompt_mask: torch.Tensor, new_tokens: int) -> torch.Tensor:
-    """A row's attention mask after ``new_tokens`` generated tokens, as ``generate`` extends it (with ones)."""
-    import torch
-
-    return torch.cat([prompt_mask, prompt_mask.new_ones((new_tokens,))])

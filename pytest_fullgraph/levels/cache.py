@@ -3,11 +3,12 @@ model's default cache; when that cache path is wrong they all pass against a wro
 ``generate`` three ways, eagerly (no compile): the default cache, recomputing every step without a cache
 (``use_cache=False``, the reference, as in transformers PR #48289) and the static cache the compiled levels use.
 
-The tokens must be equal, and each path's logits at every step (up to its first differing token) must be within
-rounding of float64 recomputing that step from the same prefix (``cache_judge``): a path that is off is a
-``divergence``, named with the step, the row and the first layer whose hidden state is off (its type in the config
-and its cache layer class); a token difference where every path is within rounding is a ``rounding`` flip, with what
-PR #48289's near-tie rule would have made of it. A path transformers refuses by name is left out, and said so.
+The tokens must be equal, and each cached path's logits at every step (up to its first token that differs from
+recompute's) must be within rounding of recompute's, rounding measured by how far the model's dtype lands from float64
+recomputing each step from its prefix (``cache_judge``): a path that is off is a ``divergence``, named with the step,
+the row and the first layer whose hidden state is off (its type in the config and its cache layer class); a token
+difference where the logits are within rounding is a ``rounding`` flip, with what PR #48289's near-tie rule would have
+made of it. A path transformers refuses by name is left out, and said so.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pytest_fullgraph.core.mismatch import DIVERGENCE, ROUNDING, Mismatch, Preci
 from pytest_fullgraph.core.model_facts import model_dtype
 from pytest_fullgraph.core.outcomes import ERROR, MISMATCH, PASS, SKIP, outcome_rank
 from pytest_fullgraph.levels.base import GRAPHS_NOT_COUNTED, GraphRule, Level, RunVerdict
-from pytest_fullgraph.levels.cache_judge import Off, first_off_layer, first_off_step, pr_48289_says
+from pytest_fullgraph.levels.cache_judge import Off, first_off, layer_noises, pr_48289_says, step_noises
 
 if TYPE_CHECKING:
     import torch
@@ -51,8 +52,10 @@ class PathRun:
 
     @property
     def label(self) -> str:
+        """The path's name, with the cache class it ran on (recompute keeps none worth naming)."""
         cache = getattr(self.output, "past_key_values", None)
-        return PATHS[self.name] + (f" ({type(cache).__name__})" if cache is not None else "")
+        named = cache is not None and self.name != "recompute"
+        return PATHS[self.name] + (f" ({type(cache).__name__})" if named else "")
 
 
 @dataclass
@@ -82,7 +85,7 @@ class _Findings:
 class CacheLevel(Level):
     name = "cache"
     description = ("eager model.generate on the default cache against recomputing every step (use_cache=False) and "
-                   "against the static cache: the same tokens, and every step's logits within rounding of float64 "
+                   "against the static cache: the same tokens, and every step's logits within rounding of recompute's "
                    "(opt-in, no compile)")
     opt_in = True
     graph_rule: GraphRule = GRAPHS_NOT_COUNTED
@@ -161,7 +164,7 @@ def judge_paths(model: PreTrainedModel, inputs: dict[str, Any], config: Generati
         _judge_tokens_only(compared, findings, width, mode)
     names = ", ".join(run.label for run in compared)
     steps = int(default.output.sequences.shape[1]) - width
-    logits = " and every step's logits within rounding of float64" if mode in _STEPWISE_MODES else ""
+    logits = " and every step's logits within rounding of recompute's" if mode in _STEPWISE_MODES else ""
     return findings.verdict(f"{names}: the same tokens over {steps} steps{logits}")
 
 
@@ -183,49 +186,66 @@ def _same(one: torch.Tensor, other: torch.Tensor) -> bool:
 
 def _judge_steps(model: PreTrainedModel, inputs: dict[str, Any], compared: list[PathRun], findings: _Findings,
                  width: int) -> None:
-    """Each path's logits at every step up to its first differing token, against float64 recomputing that step
-    from the reference's prefix; the dtype's own recompute sets how far is rounding. The default cache's tokens are
-    held against recompute's, the others' against the default's."""
+    """Each cached path's logits at every step up to its first token that differs from recompute's, against
+    recompute's (``generate(use_cache=False)``); the dtype's own distance from float64, recomputing each step of the
+    default cache's generation, sets how far is rounding. Without recompute (refused), tokens only."""
+    truth = next((run for run in compared if run.name == "recompute"), None)
+    if truth is None:
+        _judge_tokens_only(compared, findings, width, "a generation that cannot be recomputed")
+        return
     dtype, reference = model_dtype(model), compared[0].output.sequences
-    exact = recompute_steps(float64_copy(model), reference, inputs["attention_mask"], width)
-    own = recompute_steps(model, reference, inputs["attention_mask"], width)
-    default = compared[0]
-    reference_off = first_off_step(default.output.logits, exact, own, dtype, len(exact))
-    for run in compared:
-        other = compared[1] if run is default and len(compared) > 1 else default
-        where = (None if _same(other.output.sequences, run.output.sequences) else
-                 first_difference(other.output.sequences, run.output.sequences, width))
-        off = reference_off if run is default else first_off_step(
-            run.output.logits, exact, own, dtype, len(exact) if where is None else where.step + 1)
+    exact, own, note = _float64_steps(model, inputs, reference, width)
+    noises = step_noises(exact, own, len(truth.output.logits))
+    for run in (path for path in compared if path is not truth):
+        where = None if _same(truth.output.sequences, run.output.sequences) else first_difference(
+            truth.output.sequences, run.output.sequences, width)
+        valid = len(truth.output.logits) if where is None else where.step + 1
+        off = first_off(run.output.logits[:valid], truth.output.logits[:valid], noises[:valid], dtype)
         if off is not None:
-            findings.add(MISMATCH, _divergence(model, run, other, off, exact, own, where, dtype),
-                         _off_mismatch(run, off, exact, where, dtype, width))
-        elif where is not None and run is not default and (reference_off is None or reference_off.index > where.step):
-            if where.eager_token is not None and where.compiled_token is not None and where.step < len(exact):
-                where.precision = _token_gap(exact[where.step], own[where.step], where, ROUNDING, dtype)
-            findings.add(MISMATCH, f"{run.label} differs from the default cache at row {where.row}, position "
-                                   f"{where.position} (new token {where.step}): {where.eager_token} vs "
-                                   f"{where.compiled_token}, with every path's logits within rounding of float64 up "
-                                   f"to it: a rounding flip; {pr_48289_says(default.output.scores, where.step)}",
-                         where)
+            findings.add(MISMATCH, _divergence(model, run, truth, off, exact, own, where, dtype) + note,
+                         _off_mismatch(run, truth, off, where, dtype, width))
+        elif where is not None:
+            findings.add(MISMATCH, f"{run.label} differs from recompute at row {where.row}, position {where.position} "
+                                   f"(new token {where.step}): {where.compiled_token} where recompute has "
+                                   f"{where.eager_token}, its logits within rounding of recompute's up to it: a "
+                                   f"rounding flip; {pr_48289_says(truth.output.scores, where.step)}{note}",
+                         _flip_mismatch(where, truth, run, dtype, noises))
 
 
-def _divergence(model: PreTrainedModel, run: PathRun, other: PathRun, off: Off, exact: list[StepOutputs],
-                own: list[StepOutputs], where: Mismatch | None, dtype: str) -> str:
-    """A path off float64: where (step, row, first layer off, its type) and what its tokens did."""
-    hidden_states = getattr(run.output, "hidden_states", None)
-    layer = None
-    if hidden_states and off.index < len(hidden_states):
-        layer = first_off_layer([state[:, -1] for state in hidden_states[off.index]], exact[off.index],
-                                own[off.index], dtype)
+def _float64_steps(model: PreTrainedModel, inputs: dict[str, Any], sequences: torch.Tensor, width: int
+                   ) -> tuple[list[StepOutputs] | None, list[StepOutputs] | None, str]:
+    """Each step recomputed from its prefix in float64 and in the model's dtype, or why not (a note for verdicts)."""
+    try:
+        exact = recompute_steps(float64_copy(model), sequences, inputs["attention_mask"], width)
+        own = recompute_steps(model, sequences, inputs["attention_mask"], width)
+    except Exception as error:  # the tolerance falls back to rounding steps alone, and the verdict says why
+        return None, None, f" (float64 recomputing failed: {type(error).__name__}: {summary(error)[:160]})"
+    return exact, own, ""
+
+
+def _divergence(model: PreTrainedModel, run: PathRun, truth: PathRun, off: Off, exact: list[StepOutputs] | None,
+                own: list[StepOutputs] | None, where: Mismatch | None, dtype: str) -> str:
+    """A path off recompute's: where (step, row, first layer off, its type) and what its tokens did."""
+    layer = _first_off_layer(run, truth, off.index, exact, own, dtype)
     at_layer = f"; first off at {_layer_name(model, run, layer.index)}" if layer is not None else ""
-    tokens = (f"its tokens still equal {_SHORT[other.name]}'s over {len(exact)} steps" if where is None else
-              f"its tokens differ from {_SHORT[other.name]}'s at row {where.row}, position {where.position} (new "
-              f"token {where.step}): {where.eager_token} vs {where.compiled_token}")
-    whose = ("generate's no-cache run feeds the model otherwise than a plain forward of each row's unpadded prefix "
-             "(padding, or generate's inputs)" if run.name == "recompute"
-             else "that cache path of the model or transformers is wrong")
-    return f"{run.label} is off at step {off.index}: its logits are {off.describe(dtype)}{at_layer}; {tokens}: {whose}"
+    steps = len(truth.output.logits)
+    tokens = (f"its tokens still equal recompute's over {steps} steps" if where is None else
+              f"its tokens differ from recompute's at row {where.row}, position {where.position} (new token "
+              f"{where.step}): {where.compiled_token} where recompute has {where.eager_token}")
+    return (f"{run.label} is off at step {off.index}: its logits are {off.describe(dtype)}{at_layer}; {tokens}: that "
+            "cache path of the model or transformers is wrong")
+
+
+def _first_off_layer(run: PathRun, truth: PathRun, step: int, exact: list[StepOutputs] | None,
+                     own: list[StepOutputs] | None, dtype: str) -> Off | None:
+    """At a step that is off, the first hidden state (embeddings first, then each layer's output) that is off."""
+    ours, theirs = (getattr(path.output, "hidden_states", None) for path in (run, truth))
+    if not ours or not theirs or step >= min(len(ours), len(theirs)) or len(ours[step]) != len(theirs[step]):
+        return None
+    layers = len(ours[step])
+    noises = layer_noises(exact[step] if exact and step < len(exact) else None,
+                          own[step] if own and step < len(own) else None, layers)
+    return first_off([state[:, -1] for state in ours[step]], [state[:, -1] for state in theirs[step]], noises, dtype)
 
 
 def _layer_name(model: PreTrainedModel, run: PathRun, hidden_index: int) -> str:
@@ -242,34 +262,33 @@ def _layer_name(model: PreTrainedModel, run: PathRun, hidden_index: int) -> str:
     return f"layer {index}" + (f" ({', '.join(kinds)})" if kinds else "")
 
 
-def _off_mismatch(run: PathRun, off: Off, exact: list[StepOutputs], where: Mismatch | None, dtype: str,
+def _off_mismatch(run: PathRun, truth: PathRun, off: Off, where: Mismatch | None, dtype: str,
                   width: int) -> Mismatch:
     """The mismatch a divergence records: at its differing token when the tokens differ, else at the step whose
-    logits are off (the same token on both sides), with the logit furthest off float64."""
-    if where is not None and where.eager_token is not None and where.compiled_token is not None and \
-            where.step < len(exact):
-        where.precision = _token_gap(exact[where.step], None, where, DIVERGENCE, dtype, off.noise)
-        return where
+    logits are off (the same token on both sides); its precision holds the logit furthest from recompute's."""
     logits = run.output.logits[off.index][off.row].double()
-    truth = exact[off.index].logits[off.row]
-    token = int((logits - truth).abs().argmax())
+    truths = truth.output.logits[off.index][off.row].double()
+    token = int((logits - truths).abs().argmax())
+    precision = PrecisionVerdict(DIVERGENCE, dtype, float(truths[token]), float(logits[token]),
+                                 float(truths[token] - logits[token]),
+                                 rounding_step(dtype, abs(float(truths[token]))), off.noise or 0.0)
+    if where is not None:
+        where.precision = precision
+        return where
     sequences = run.output.sequences
     position = width + off.index
     same = int(sequences[off.row, position]) if position < sequences.shape[1] else None
-    shape = list(sequences.shape)
-    precision = PrecisionVerdict(DIVERGENCE, dtype, float(truth[token]), float(logits[token]),
-                                 float(truth[token] - logits[token]),
-                                 rounding_step(dtype, float(truth[token].abs())), off.noise)
-    return Mismatch(off.row, position, off.index, same, same, None, shape, shape, precision,
-                    f"logit of token {token}: float64 vs {PATHS[run.name]}")
+    return Mismatch(off.row, position, off.index, same, same, None, list(sequences.shape), list(sequences.shape),
+                    precision, f"logit of token {token}: recompute's vs {PATHS[run.name]}'s")
 
 
-def _token_gap(exact: StepOutputs, own: StepOutputs | None, where: Mismatch, kind: str, dtype: str,
-               noise: float | None = None) -> PrecisionVerdict:
-    """The two tokens' float64 logits at the differing step, and the kind the comparison found."""
-    row = exact.logits[where.row]
-    first, second = float(row[int(where.eager_token or 0)]), float(row[int(where.compiled_token or 0)])
-    if noise is None:
-        noise = float((own.logits - exact.logits).abs().max()) if own is not None else 0.0
-    return PrecisionVerdict(kind, dtype, first, second, first - second,
-                            rounding_step(dtype, max(abs(first), abs(second))), noise)
+def _flip_mismatch(where: Mismatch, truth: PathRun, run: PathRun, dtype: str,
+                   noises: list[float | None]) -> Mismatch:
+    """A rounding flip's mismatch: recompute's logits of the two tokens at the step, a ``rounding`` verdict."""
+    if where.eager_token is None or where.compiled_token is None or where.step >= len(truth.output.logits):
+        return where
+    row = truth.output.logits[where.step][where.row].double()
+    first, second = float(row[where.eager_token]), float(row[where.compiled_token])
+    where.precision = PrecisionVerdict(ROUNDING, dtype, first, second, first - second,
+                                       rounding_step(dtype, max(abs(first), abs(second))), noises[where.step] or 0.0)
+    return where

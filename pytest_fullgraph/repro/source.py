@@ -74,6 +74,8 @@ class Script:
 def render(script: Script) -> str:
     """The reproducer's text."""
     helpers = HELPER_BLOCKS[script.template]
+    if script.template == "cache_divergence":  # the recompute helper numbers positions where the forward takes them
+        helpers = tuple(Template(block).safe_substitute(positions=script.position_ids) for block in helpers)
     if script.project:
         helpers = (*helpers, loader(script.stand_in))
     return "\n".join([*_header(script), *_imports(script), "", *_constants(script), "", *helpers, *_main(script),

@@ -15,7 +15,7 @@ import torch
 from pytest_fullgraph import build_tiny, run_check
 from pytest_fullgraph.core.logits import StepOutputs
 from pytest_fullgraph.levels import cache as cache_level
-from pytest_fullgraph.levels.cache_judge import first_off, near_tie_step, pr_48289_says, tolerance
+from pytest_fullgraph.levels.cache_judge import first_off, near_tie_step, noise_of, pr_48289_says, tolerance
 from tests.conftest import checks_by_id, read_report
 
 
@@ -41,7 +41,7 @@ def test_a_right_model_passes_with_every_path_within_rounding(scenario: str) -> 
     assert result.outcome == "pass", result.message
     assert result.message == ("the default cache (DynamicCache), recomputing every step (use_cache=False), the static "
                               "cache (StaticCache): the same tokens over 16 steps and every step's logits within "
-                              "rounding of float64")
+                              "rounding of recompute's")
     assert result.graph_count is None  # nothing is compiled
 
 
@@ -110,15 +110,21 @@ def test_a_path_transformers_refuses_by_name_is_left_out_and_said() -> None:
 def test_the_tolerance_is_the_larger_of_the_dtypes_own_distance_and_a_few_dozen_rounding_steps() -> None:
     assert tolerance(1e-5, 10.0, "float32") == pytest.approx(16e-5)
     assert tolerance(0.0, 10.0, "float32") == pytest.approx(64 * 2 ** -23 * 8)
+    assert tolerance(None, 10.0, "float32") == pytest.approx(1024 * 2 ** -23 * 8)  # float64 could not run
 
 
 def test_first_off_finds_the_first_index_past_its_own_tolerance_and_the_row() -> None:
-    exact = [torch.zeros(2, 3, dtype=torch.float64) for _ in range(3)]
-    own = [torch.full((2, 3), 1e-5) for _ in range(3)]
+    reference = [torch.zeros(2, 3, dtype=torch.float64) for _ in range(3)]
     values = [torch.full((2, 3), 1e-4), torch.tensor([[0.0, 0, 0], [0, 0, 0.5]]), torch.full((2, 3), 9.0)]
-    off = first_off(values, exact, own, "float32")
+    off = first_off(values, reference, [1e-5] * 3, "float32")
     assert off is not None and (off.index, off.row, off.distance) == (1, 1, 0.5)
-    assert first_off(values[:1], exact, own, "float32") is None  # 10x its own distance: within 16x
+    assert first_off(values[:1], reference, [1e-5], "float32") is None  # 10x its own distance: within 16x
+
+
+def test_a_float64_row_that_is_not_finite_is_left_out_of_the_noise() -> None:
+    exact = torch.tensor([[1.0, 2.0], [float("nan"), 0.0]], dtype=torch.float64)
+    assert noise_of(torch.tensor([[1.0, 2.5], [7.0, 0.0]]), exact) == 0.5
+    assert noise_of(exact, torch.full((2, 2), float("nan"), dtype=torch.float64)) is None
 
 
 def test_near_ties_are_read_on_scores_as_pr_48289_reads_them() -> None:
@@ -140,14 +146,15 @@ def _path(name: str, tokens: list[int], logits: list[list[float]]) -> cache_leve
 
 
 def _judge(monkeypatch: pytest.MonkeyPatch, runs: dict[str, cache_level.PathRun],
-           exact: list[list[float]]) -> Any:
+           exact: list[list[float]], keep_float64: bool = False) -> Any:
     """``judge_paths`` with float64 and the dtype's recompute made up: the dtype lands 1e-6 off float64."""
     def recompute(model: Any, *args: Any) -> list[StepOutputs]:
         shift = 0.0 if model == "float64" else 1e-6
         return _steps([[value + shift for value in row] for row in exact])
 
     monkeypatch.setattr(cache_level, "recompute_steps", recompute)
-    monkeypatch.setattr(cache_level, "float64_copy", lambda model: "float64")
+    if not keep_float64:
+        monkeypatch.setattr(cache_level, "float64_copy", lambda model: "float64")
     model = SimpleNamespace(config=SimpleNamespace(get_text_config=lambda: SimpleNamespace()))
     config = SimpleNamespace(get_generation_mode=lambda assistant: SimpleNamespace(value="greedy_search"))
     inputs = {"input_ids": torch.tensor([[1, 2]]), "attention_mask": torch.ones(1, 2)}
@@ -162,7 +169,8 @@ def test_a_token_flip_where_every_path_is_within_rounding_is_a_rounding_mismatch
                                    "static": _path("static", [0, 2], [[1.0 + 4e-6, 1.0, 0.0], [2.0, 0.0, 1.0]])},
                      tied)
     assert verdict.outcome == "mismatch" and verdict.mismatch.kind == "rounding", verdict.message
-    assert "the static cache differs from the default cache at row 0, position 2" in verdict.message
+    assert "the static cache differs from recompute at row 0, position 2 (new token 0): 0 where recompute has 1" \
+        in verdict.message
     assert "stops comparing ids at step 0" in verdict.message  # PR #48289 would not have looked
 
 
@@ -172,5 +180,22 @@ def test_logits_off_with_the_same_tokens_are_still_a_divergence(monkeypatch: pyt
                                    "recompute": _path("recompute", [1, 2], right),
                                    "static": _path("static", [1, 2], [[0.0, 3.0, 1.0], [0.0, 1.5, 3.0]])}, right)
     assert verdict.outcome == "mismatch" and verdict.mismatch.kind == "divergence", verdict.message
-    assert "the static cache is off at step 1: its logits are 0.5 off float64" in verdict.message
-    assert "its tokens still equal the default cache's over 2 steps" in verdict.message
+    assert "the static cache is off at step 1: its logits are 0.5 off recompute's" in verdict.message
+    assert "its tokens still equal recompute's over 2 steps" in verdict.message
+
+
+def test_without_float64_the_tolerance_is_rounding_steps_and_the_verdict_says_why(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    right = [[0.0, 3.0, 1.0], [0.0, 1.0, 3.0]]
+
+    def fails(model: Any) -> Any:
+        raise RuntimeError("expected m1 and m2 to have the same dtype, but got: float != double")
+
+    runs = {"default": _path("default", [1, 2], right), "recompute": _path("recompute", [1, 2], right),
+            "static": _path("static", [1, 2], [[0.0, 3.0, 1.0], [0.0, 1.5, 3.0]])}
+    monkeypatch.setattr(cache_level, "float64_copy", fails)
+    verdict = _judge(monkeypatch, runs, right, keep_float64=True)
+    assert verdict.mismatch.kind == "divergence", verdict.message
+    assert "float64 could not run the model, so the tolerance is 1024 float32 rounding steps" in verdict.message
+    assert verdict.message.endswith("(float64 recomputing failed: RuntimeError: expected m1 and m2 to have the same "
+                                    "dtype, but got: float != double)")

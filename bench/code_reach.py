@@ -1,0 +1,160 @@
+"""Does a check reach the model's own code? Lines of each model's ``modeling_*.py`` that the basic scenarios run.
+
+For each model type, its tiny model generates the four basic scenarios eagerly, on the default cache and on the
+static cache (the reference and the compiled levels' cache), under ``coverage`` restricted to the model's modeling
+file. The forward path is the executable lines of the ``forward`` of each class of that file the built model
+instantiates, and of the file's other functions and methods that ran: a line there that never ran is a branch the
+checks do not take. Beside it, the distinctive
+paths of each family (``PATHS``), decided from the tiny config against the sequence the checks generate: a sliding
+window shorter than the sequence, a sparse-attention indexer that selects (its top-k below the sequence), more than
+one expert per token, a chunked attention's boundary, a recurrent chunk's boundary.
+
+    pip install coverage   # a bench dependency only
+    python bench/code_reach.py --json bench/results/code-reach.json [--models llama,gemma] [--tokens 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import raw  # bench/raw.py
+
+#: The basic scenarios' prompt width (``check.scenarios``: prompts of 8 tokens).
+PROMPT = 8
+
+
+@dataclass(frozen=True)
+class DistinctivePath:
+    """A family's code a check must reach to test it: named, with the config value that decides whether the
+    generated sequence (prompt + new tokens) reaches it."""
+
+    name: str
+    attribute: str
+    reached: Callable[[Any, int], bool]
+
+
+PATHS = (
+    DistinctivePath("sliding window slides", "sliding_window", lambda value, length: length > value),
+    DistinctivePath("sparse indexer selects", "index_topk", lambda value, length: length > value),
+    DistinctivePath("several experts per token", "num_experts_per_tok", lambda value, length: value > 1),
+    DistinctivePath("chunked attention crosses a chunk", "attention_chunk_size", lambda value, length: length > value),
+    DistinctivePath("recurrent scan crosses a chunk", "chunk_size", lambda value, length: PROMPT > value),
+)
+
+
+def paths_of(config: Any, length: int) -> list[dict[str, Any]]:
+    """The distinctive paths the config has, each with its value and whether a sequence of ``length`` reaches it."""
+    text = config.get_text_config()
+    found = []
+    for path in PATHS:
+        value = getattr(text, path.attribute, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            found.append({"path": path.name, "attribute": path.attribute, "value": value,
+                          "reached": bool(path.reached(value, length))})
+    return found
+
+
+def forward_path_lines(model: Any, statements: set[int], run: set[int], file: str) -> set[int]:
+    """The executable lines of the ``forward`` of each class of the file the model instantiates, and of every other
+    function or method of the file that ran: lines there that never ran are branches the checks do not take."""
+    module = sys.modules[type(model).__module__]
+    functions = [inspect.unwrap(function) for _, function in inspect.getmembers(module, inspect.isfunction)]
+    forwards = []
+    for klass in {type(sub) for sub in model.modules()}:
+        for name, member in vars(klass).items():
+            if inspect.isfunction(member):  # transformers' decorators wrap forward: its own lines are inside
+                functions.append(inspect.unwrap(member))
+                forwards += [functions[-1]] if name == "forward" else []
+    spans = []
+    for function in functions:
+        if inspect.getsourcefile(function) != file:
+            continue
+        lines, first = inspect.getsourcelines(function)
+        span = range(first, first + len(lines))
+        if function in forwards or run & set(span):
+            spans.append(span)
+    return {line for line in statements if any(line in span for span in spans)}
+
+
+def measure(model_type: str, tokens: int) -> dict[str, Any]:
+    """One model's lines run and distinctive paths; an ``error`` in place of them when it cannot be measured."""
+    import coverage
+    import torch
+
+    from pytest_fullgraph import build_tiny
+    from pytest_fullgraph.check.inputs import generation_config, make_inputs, model_generation_defaults
+    from pytest_fullgraph.check.inputs import scenario_values
+    from pytest_fullgraph.check.scenarios import SCENARIOS
+    from pytest_fullgraph.core.generation import generate, static_cache_config
+
+    try:
+        model = build_tiny(model_type)
+    except Exception as error:  # recorded per model; the other models are still measured
+        return {"model": model_type, "error": f"build: {type(error).__name__}: {str(error)[:120]}"}
+    file = inspect.getsourcefile(type(model)) or ""
+    tracer = coverage.Coverage(include=[file], data_file=None)
+    failures = []
+    tracer.start()
+    try:
+        for name in ("greedy", "sample", "eos", "padded"):
+            scenario = SCENARIOS[name]
+            inputs = make_inputs(model, scenario)
+            eos, settings = scenario_values(model, inputs, scenario, tokens)
+            config = generation_config(scenario, tokens, eos, settings)
+            for chosen in (config, static_cache_config(config)):
+                try:
+                    with torch.no_grad(), model_generation_defaults(model, eos):
+                        generate(model, inputs, chosen, scenario.seed)
+                except Exception as error:  # a scenario that fails runs fewer lines; the row says which
+                    failures.append(f"{name}{'/static' if chosen is not config else ''}: {type(error).__name__}")
+    finally:
+        tracer.stop()
+    _, statements, _, _, _ = tracer.analysis2(file)
+    run = set(tracer.get_data().lines(file) or ())
+    path = forward_path_lines(model, set(statements), run, file)
+    return {"model": model_type, "file": file.split("site-packages/")[-1], "statements": len(statements),
+            "forward_path": len(path), "run": len(run & path), "missed": sorted(path - run), "failures": failures,
+            "paths": paths_of(model.config, PROMPT + tokens)}
+
+
+def table(raw_output: dict[str, Any]) -> list[str]:
+    """The page's table: one row per model, lines run of the forward path, and the distinctive paths reached."""
+    lines = ["| model | lines run / forward path | distinctive paths (reached ✅, missed ❌) |", "|---|---|---|"]
+    for row in raw_output["rows"]:
+        if "error" in row:
+            lines.append(f"| {row['model']} | not measured ({row['error']}) | |")
+            continue
+        share = f"{row['run']} / {row['forward_path']} ({100 * row['run'] / max(row['forward_path'], 1):.0f}%)"
+        paths = ", ".join(f"{'✅' if path['reached'] else '❌'} {path['path']} ({path['attribute']}="
+                          f"{path['value']})" for path in row["paths"])
+        failed = f"; failed: {', '.join(row['failures'])}" if row["failures"] else ""
+        lines.append(f"| {row['model']} | {share}{failed} | {paths} |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", type=Path, required=True, help="Where the raw output goes")
+    parser.add_argument("--models", default="all", help="Comma list of model types (default: all)")
+    parser.add_argument("--tokens", type=int, default=4, help="New tokens per generation (the suite's default: 4)")
+    args = parser.parse_args()
+    from pytest_fullgraph.models.build import installed_model_types
+
+    models = installed_model_types() if args.models == "all" else tuple(args.models.split(","))
+    started = time.time()
+    rows = []
+    for model_type in models:
+        rows.append(measure(model_type, args.tokens))
+        print(table({"rows": rows[-1:]})[-1], flush=True)
+    raw.save(args.json, "code_reach", rows, started, time.time(), tokens=args.tokens)
+
+
+if __name__ == "__main__":
+    main()
