@@ -45,7 +45,7 @@ PATHS = (
     DistinctivePath("sparse indexer selects", "index_topk", lambda value, length: length > value),
     DistinctivePath("several experts per token", "num_experts_per_tok", lambda value, length: value > 1),
     DistinctivePath("chunked attention crosses a chunk", "attention_chunk_size", lambda value, length: length > value),
-    DistinctivePath("recurrent scan crosses a chunk", "chunk_size", lambda value, length: PROMPT > value),
+    DistinctivePath("recurrent scan crosses a chunk", "chunk_size", lambda value, length: value < PROMPT),
 )
 
 
@@ -89,8 +89,7 @@ def measure(model_type: str, tokens: int) -> dict[str, Any]:
     import torch
 
     from pytest_fullgraph import build_tiny
-    from pytest_fullgraph.check.inputs import generation_config, make_inputs, model_generation_defaults
-    from pytest_fullgraph.check.inputs import scenario_values
+    from pytest_fullgraph.check.inputs import generation_config, make_inputs, model_generation_defaults, scenario_values
     from pytest_fullgraph.check.scenarios import SCENARIOS
     from pytest_fullgraph.core.generation import generate, static_cache_config
 
@@ -104,16 +103,16 @@ def measure(model_type: str, tokens: int) -> dict[str, Any]:
     tracer.start()
     try:
         for name in ("greedy", "sample", "eos", "padded"):
-            scenario = SCENARIOS[name]
-            inputs = make_inputs(model, scenario)
-            eos, settings = scenario_values(model, inputs, scenario, tokens)
-            config = generation_config(scenario, tokens, eos, settings)
-            for chosen in (config, static_cache_config(config)):
+            for static in (False, True):
                 try:
+                    scenario = SCENARIOS[name]
+                    inputs = make_inputs(model, scenario)
+                    eos, settings = scenario_values(model, inputs, scenario, tokens)
+                    config = generation_config(scenario, tokens, eos, settings)
                     with torch.no_grad(), model_generation_defaults(model, eos):
-                        generate(model, inputs, chosen, scenario.seed)
+                        generate(model, inputs, static_cache_config(config) if static else config, scenario.seed)
                 except Exception as error:  # a scenario that fails runs fewer lines; the row says which
-                    failures.append(f"{name}{'/static' if chosen is not config else ''}: {type(error).__name__}")
+                    failures.append(f"{name}{'/static' if static else ''}: {type(error).__name__}")
     finally:
         tracer.stop()
     _, statements, _, _, _ = tracer.analysis2(file)
