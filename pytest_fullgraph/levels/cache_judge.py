@@ -2,12 +2,13 @@
 ``generate(use_cache=False)``'s (recomputing every step: transformers PR #48289's reference), with a tolerance taken
 from how far the model's own dtype lands from float64 when that step is recomputed from its prefix.
 
-Measured (float32, 16 steps, tiny llama, gemma2, gpt_neo, mistral, qwen2): the default cache, recompute and the static
-cache land 1e-6 to 3e-5 from float64 at every step, within 3x the dtype's own recompute; gpt_neo's static cache, which
-slices its band mask by the cache's length, lands 6.4 off at the first step and 7.7 to 15 after. The tolerance (16x
-the dtype's own distance, at least 64 rounding steps) sits more than four orders of magnitude from both. Where float64
-cannot run the model (a model that builds float32 tensors of its own), the tolerance is ``WITHOUT_FLOAT64_STEPS``
-rounding steps, and the verdict says so.
+Measured (float32, 16 steps, every model type, the basic scenarios): a right cache path lands within 3x the dtype's own
+distance from float64 on the tiny llama, gemma2, mistral and qwen2, and at most 16.5x (granitemoe_swa's padded rows at
+the last step); the closest wrong one is 124x off (dots3_note's sliding layers, padded), most are 10^3 to 10^6 off
+(gpt_neo's static cache, which slices its band mask by the cache's length: 6.4 at the first step). The bar, 64x the
+dtype's own distance and at least 64 rounding steps, sits between the two. Where float64 cannot run the model (a model
+that builds float32 tensors of its own), the tolerance is ``WITHOUT_FLOAT64_STEPS`` rounding steps, and the verdict
+says so.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 
 #: A path's logits are off at a step when they are further from recompute's than this many times the model's own
 #: dtype lands from float64 there, and than ``TOLERANCE_STEPS`` rounding steps at the logits' magnitude.
-TOLERANCE_TIMES_NOISE = 16.0
+TOLERANCE_TIMES_NOISE = 64.0
 TOLERANCE_STEPS = 64.0
 #: Without a float64 reference: rounding steps at the logits' magnitude (about 1e-3 at logits of 10 in float32).
 WITHOUT_FLOAT64_STEPS = 1024.0
