@@ -55,7 +55,7 @@ def paths_of(config: Any, length: int) -> list[dict[str, Any]]:
     found = []
     for path in PATHS:
         value = getattr(text, path.attribute, None)
-        if isinstance(value, int) and not isinstance(value, bool):
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:  # 0: none (qwen2_moe's window)
             found.append({"path": path.name, "attribute": path.attribute, "value": value,
                           "reached": bool(path.reached(value, length))})
     return found
