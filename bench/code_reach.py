@@ -128,7 +128,7 @@ def table(raw_output: dict[str, Any]) -> list[str]:
     lines = ["| model | lines run / forward path | distinctive paths (reached ✅, missed ❌) |", "|---|---|---|"]
     for row in raw_output["rows"]:
         if "error" in row:
-            lines.append(f"| {row['model']} | not measured ({row['error']}) | |")
+            lines.append(f"| {row['model']} | not measured ({' '.join(row['error'].split())}) | |")
             continue
         share = f"{row['run']} / {row['forward_path']} ({100 * row['run'] / max(row['forward_path'], 1):.0f}%)"
         paths = ", ".join(f"{'✅' if path['reached'] else '❌'} {path['path']} ({path['attribute']}="
