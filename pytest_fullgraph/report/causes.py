@@ -46,11 +46,19 @@ _FAULT_OF_MESSAGE = (
     # a mismatch of transformers' export paths (``hf_levels``): the helper's loop, the exported program, the runtime
     (re.compile(r"the helper's loop is at fault|the exported program is at fault"), "transformers"),
     (re.compile(r"(ONNX Runtime|ExecuTorch's runtime) is at fault"), "runtime"),
+    # the cache level (``levels.cache``): a cache path that fails, where; one whose logits leave recompute's is the
+    # model's (the default cache is every model's, and right for most of them)
+    (re.compile(r"^generate with the static cache fails at "
+                r"transformers/(models/|\S+ \(called from transformers/models/)"), "model"),
+    (re.compile(r"^generate with the static cache fails at transformers/"), "transformers"),
+    (re.compile(r"cache \(\w+\) is off at step \d+: .* that cache path of the model or transformers is wrong"),
+     "model"),
 )
-#: Where an error of a check's phase was raised, and its type: "... failed at FILE:LINE: TYPE: ..." (``check``).
+#: Where an error of a check's phase was raised, and its type: "... failed at FILE:LINE: TYPE: ..." (``check``; the
+#: cache level says "generate with the static cache fails at ...").
 #: Raised in transformers' integrations, the model's code that called them: "... failed at FILE:LINE (called from
 #: MODEL_FILE:LINE): ..." (``breaks.error_site``).
-_RAISED_AT = re.compile(r" failed at (\S+?:\d+)(?: \(called from (\S+?:\d+)\))?: (?:(\w+(?:\.\w+)*): )?")
+_RAISED_AT = re.compile(r" fail(?:ed|s) at (\S+?:\d+)(?: \(called from (\S+?:\d+)\))?: (?:(\w+(?:\.\w+)*): )?")
 #: Where a worker died, when its faulthandler file said: "... crashed while running this check (...): Segmentation
 #: fault at FILE:LINE in f" (``crash_sites``).
 _DIED_AT = re.compile(r"crashed while running this check \([^)]*\): (.+?) at (\S+?:\d+) in \S+$")

@@ -54,8 +54,8 @@ _INNER_TYPE = re.compile(r"^(\w+): ")
 _DEFAULT_WORKS = "model.generate with the default cache works"
 #: The cache level's words for a path whose logits leave float64 (``levels.cache``), and for one that fails.
 _CACHE_OFF = re.compile(r"(?:^|; )the (?P<path>default|static) cache \(\w+\) is off at step \d+")
-_CACHE_FAILS = re.compile(r"generate with the static cache fails(?: at (?P<where>\S+:\d+))?: (?P<type>\w+): "
-                          r"(?P<message>.*?) \(the default cache works", re.DOTALL)
+_CACHE_FAILS = re.compile(r"generate with the static cache fails(?: at (?P<where>\S+:\d+)(?: \(called from \S+\))?)?: "
+                          r"(?P<type>\w+): (?P<message>.*?) \(the default cache works", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -158,8 +158,11 @@ def _export_path_plan(result: CheckResult) -> Plan | str:
 
 
 def _cache_plan(result: CheckResult) -> Plan | str:
-    """The cache level: a path off float64 (a divergence, also where its tokens are still equal) before a static
-    cache that fails; a rounding flip is nobody's bug."""
+    """The cache level: a path off recompute (a divergence, also where its tokens are still equal) before a static
+    cache that fails; the default cache failing is an eager error as any level's; a rounding flip is nobody's bug."""
+    stage = Stage.of(result.stage)
+    if stage is Stage.EAGER:
+        return _eager_plan(result, stage)
     off = _CACHE_OFF.search(result.message)
     if off is not None:
         return Plan(("cache_divergence",), Expected("mismatch", message=result.headline()),
@@ -167,7 +170,7 @@ def _cache_plan(result: CheckResult) -> Plan | str:
     failed = _CACHE_FAILS.search(result.message)
     if failed is not None:
         return Plan(("static_error",), Expected("error", failed["type"], failed["where"] or "", failed["message"]))
-    return f"no cache path is off float64 or fails ({result.headline()}): a rounding flip is nobody's bug"
+    return f"no cache path is off recompute or fails ({result.headline()}): a rounding flip is nobody's bug"
 
 
 def _eager_plan(result: CheckResult, stage: Stage) -> Plan | str:

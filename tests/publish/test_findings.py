@@ -25,7 +25,8 @@ PAGE, RUN, RELEASES = Path("docs/FINDINGS.md"), [Path("bench/reports")], [Path("
 #: The further runs the page has a section each for: the decoding-modes matrix, transformers' export paths, the
 #: popular models' second requests, chunked prefill over every model.
 ALSO = [Path("bench/reports/modes"), Path("bench/reports/hf"),
-        Path("bench/reports/recompiles/popular-aot_eager.json.gz"), Path("bench/reports/prefill/all")]
+        Path("bench/reports/recompiles/popular-aot_eager.json.gz"), Path("bench/reports/prefill/all"),
+        Path("bench/reports/cache")]
 ENVIRONMENT = {"torch": "2.13.0+cpu", "transformers": "5.24.0", "backend": "aot_eager", "max_new_tokens": 4,
                # legends are written with sorted keys: the page still puts the levels in the suite's order
                "levels": {"decode": "", "forward": ""}}
@@ -217,7 +218,7 @@ from pytest_fullgraph.publish import findings
 sys.stdout.write(findings.generate([Path("bench/reports")], [Path("bench/reports/releases")], Path("docs/FINDINGS.md"),
                                    also=[Path("bench/reports/modes"), Path("bench/reports/hf"),
                                          Path("bench/reports/recompiles/popular-aot_eager.json.gz"),
-                                         Path("bench/reports/prefill/all")]))
+                                         Path("bench/reports/prefill/all"), Path("bench/reports/cache")]))
 assert not [name for name in sys.modules if name.split(".")[0] in ("torch", "transformers")
             and sys.modules[name] is not None]
 """
@@ -321,7 +322,7 @@ def test_the_readme_tables_quote_the_findings_page() -> None:
     readme = feature_rows((REPOSITORY / "README.md").read_text().split("## What it finds", 1)[1])
     page = feature_rows((REPOSITORY / PAGE).read_text())
     assert {levels for levels, _ in readme} >= {("forward", "generate", "decode", "export", "while"),
-                                                ("hf_dynamo", "hf_onnx", "hf_executorch", "hf_et_helper")}
+                                                ("hf_dynamo", "hf_onnx", "hf_executorch", "hf_et_helper"), ("cache",)}
     for key, cells in readme.items():
         assert key in page, f"README's row {key[1]} ({', '.join(key[0])}) is not in {PAGE}"
         assert cells == page[key], f"README's row {key[1]} ({', '.join(key[0])}) differs from {PAGE}"
@@ -329,12 +330,13 @@ def test_the_readme_tables_quote_the_findings_page() -> None:
 
 def test_the_pages_that_quote_a_report_set_carry_its_provenance_line() -> None:
     """README and what-it-finds quote the counts of the basic matrix, the modes and the exporters, docs/recompiles.md
-    the popular models' second requests, docs/levels.md chunked prefill over every model: each carries the line
+    the popular models' second requests, docs/levels.md chunked prefill over every model, what-it-finds the cache
+    paths over every model: each carries the line
     FINDINGS.md generates for that set (how many commits, how many reruns), word for word."""
     lines = [line for line in (REPOSITORY / PAGE).read_text().splitlines() if line.startswith("Provenance: ")]
-    assert len(lines) == 5
-    quoting = {"README.md": lines[:3], "docs/what-it-finds.md": lines[:3], "docs/recompiles.md": lines[3:4],
-               "docs/levels.md": lines[4:]}
+    assert len(lines) == 6
+    quoting = {"README.md": lines[:3], "docs/what-it-finds.md": [*lines[:3], lines[5]],
+               "docs/recompiles.md": lines[3:4], "docs/levels.md": lines[4:5]}
     for page, quoted in quoting.items():
         text = " ".join((REPOSITORY / page).read_text().split())
         for line in quoted:
