@@ -174,7 +174,8 @@ def script_for(case: Case, plan: Plan, template: str, check_ids: list[str], resu
         prompts["attention_mask"].tolist(), generation=case.generation, eos_token_id=case.eos_token_id,
         pad_token_id=PAD_TOKEN_ID, weights_seed=DEFAULT_SEED,
         seed=case.scenario_seed, dtype=case.dtype, cache_len=max(case.prompt_lengths) + case.max_new_tokens - 1,
-        decode_step=case.decode_step, static=plan.static, position_ids=case.position_ids, backend=result.backend,
+        decode_step=case.decode_step, static=plan.static, float64=plan.float64, position_ids=case.position_ids,
+        backend=result.backend,
         versions=versions(environment), reduced=case.reduced, project=case.project,
         stand_in=any(registers_with_us(path) for path in case.project.values()))
 

@@ -107,6 +107,8 @@ class Plan:
     expected: Expected
     #: the generate call of ``eager_error`` uses a static cache (the level's reference does)
     static: bool = False
+    #: a cache divergence's tolerance comes from float64 (False where the check says float64 could not run the model)
+    float64: bool = True
 
     def key(self, result: CheckResult) -> tuple[str, ...]:
         """Checks of one model that fail the same way share a script: an error by its type and message (numbers
@@ -166,7 +168,7 @@ def _cache_plan(result: CheckResult) -> Plan | str:
     off = _CACHE_OFF.search(result.message)
     if off is not None:
         return Plan(("cache_divergence",), Expected("mismatch", message=result.headline()),
-                    static=off["path"] == "static")
+                    static=off["path"] == "static", float64="float64 could not run the model" not in result.message)
     failed = _CACHE_FAILS.search(result.message)
     if failed is not None:
         return Plan(("static_error",), Expected("error", failed["type"], failed["where"] or "", failed["message"]))

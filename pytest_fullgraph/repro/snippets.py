@@ -122,6 +122,14 @@ _RECOMPUTE = '''def recompute(model, tokens, mask, width):  # next-token logits 
     positions = dict(position_ids=(mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)) if $positions else {}
     return model(input_ids=tokens[:, :width], attention_mask=mask, use_cache=False, **positions).logits[:, -1].double()
 '''
+#: How a cache-divergence script measures its dtype's distance from float64 at a step, or says it cannot (reformer).
+_IN_LOOP = " " * 12
+NOISE = (f'{_IN_LOOP}exact, own = (recompute(m, cached.sequences, inputs["attention_mask"], width) '
+         'for m in (reference, model))\n'
+         f'{_IN_LOOP}noise = (own - exact)[rows].abs().max().item() if (rows := exact.isfinite().all(-1)).any() '
+         'else None\n')
+NO_NOISE = '''            noise = None  # float64 cannot run this model: the tolerance is rounding steps alone
+'''
 #: How a cache-divergence script makes its float64 model: a model with experts takes the eager experts first.
 FLOAT64 = '''    reference = copy.deepcopy(model).double()  # float64: what each step's logits are measured against
 '''
@@ -134,9 +142,7 @@ _CACHE_DIVERGENCE = '''$float64    with torch.no_grad():
         recomputed = generate(output_logits=True, return_dict_in_generate=True, use_cache=False)  # the reference
         for step, (logits, truth) in enumerate(zip(cached.logits, recomputed.logits)):
             width = input_ids.shape[1] + step
-            exact, own = (recompute(m, cached.sequences, inputs["attention_mask"], width) for m in (reference, model))
-            noise = (own - exact)[rows].abs().max().item() if (rows := exact.isfinite().all(-1)).any() else None
-            ulp = torch.finfo(model.dtype).eps * 2.0 ** math.floor(math.log2(truth.abs().max().item()))
+$noise            ulp = torch.finfo(model.dtype).eps * 2.0 ** math.floor(math.log2(truth.abs().max().item()))
             allowed, off = 1024 * ulp if noise is None else max(64 * noise, 64 * ulp), (logits - truth).abs().max()
             if off > allowed:
                 finish({"kind": "mismatch"}, f"$path_text is off at step {step}: its logits are {off:.3g} off "

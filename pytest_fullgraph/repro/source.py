@@ -26,6 +26,8 @@ from pytest_fullgraph.repro.snippets import (
     GENERATE,
     GENERATE_TEMPLATES,
     HELPER_BLOCKS,
+    NO_NOISE,
+    NOISE,
     PREFILL_AND_DECODE,
     PREFILL_ONLY,
     STATIC,
@@ -57,6 +59,8 @@ class Script:
     decode_step: bool = True
     #: the generate call of ``eager_error`` uses a static cache
     static: bool = False
+    #: a cache divergence judged against float64 (False: float64 cannot run the model, rounding steps alone)
+    float64: bool = True
     position_ids: bool = True
     backend: str = "aot_eager"
     versions: str = ""
@@ -152,7 +156,9 @@ def _main(script: Script) -> list[str]:
     body = Template(BODIES[script.template].replace(CATCH, catch)).substitute(
         seed=script.seed, extra=STATIC if script.static else "", backend_name=script.backend,
         path_text="the static cache" if script.static else "the default cache",
-        float64=FLOAT64_EXPERTS if any("expert" in key for key in script.config) else FLOAT64,
+        float64=("" if not script.float64 else FLOAT64_EXPERTS if any("expert" in key for key in script.config)
+                 else FLOAT64),
+        noise=NOISE if script.float64 else NO_NOISE,
         inductor="\n    torch._inductor.config.fallback_random = True" if script.backend == "inductor" else "")
     return [*lines, body]
 

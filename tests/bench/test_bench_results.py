@@ -144,3 +144,21 @@ def test_precision_table_shows_each_run_and_its_differences() -> None:
              "seconds": 9.5}, {"model": "mid", "dtype": "float16", "setting": "no_simd", "failed": "OOM"}]
     assert bench_module("precision").table({"rows": rows})[2:] == [
         "| mid | bfloat16 | default | 1/2 | flip@3 | 9.5 |", "| mid | float16 | no_simd | failed: OOM | | |"]
+
+
+def test_the_cache_reproducers_paragraph_is_its_committed_index() -> None:
+    """bench/results/reproducers.md's counts of the cache level's scripts come from the index it links."""
+    import json
+
+    index = json.loads((BENCH / "repros" / "cache-reproducers.json").read_text())
+    written = [entry for entry in index["reproducers"] if entry["written"]]
+    seconds = [entry["verify_s"] for entry in written]
+    lines = [entry["lines"] for entry in written]
+    templates = [entry["template"] for entry in written]
+    text = " ".join((BENCH / "results" / "reproducers.md").read_text().split())
+    assert all(entry["exit_status"] == 1 for entry in written)
+    assert (f"{len(written)} scripts cover {sum(len(entry['checks']) for entry in written)} of the 85 failing `cache` "
+            f"checks, and all {len(written)} exit 1 in the bare environment, {min(seconds):.1f} to {max(seconds):.1f} "
+            f"s each, {min(lines)} to {max(lines)} lines") in text
+    assert (f"{templates.count('cache_divergence')} `cache_divergence` scripts" in text
+            and f"{templates.count('static_error')} `static_error` ones" in text)

@@ -138,3 +138,16 @@ def test_a_cache_levels_failing_static_cache_alone_is_shown_as_the_static_error_
                                   "(new token 1): 3 vs 4, with every path's logits within rounding of float64 up to "
                                   "it: a rounding flip"))
     assert isinstance(flip, str) and "a rounding flip is nobody's bug" in flip
+
+
+def test_a_divergence_float64_could_not_judge_gets_the_script_without_float64() -> None:
+    """reformer: float64 cannot run it, so its check and its script bound rounding by rounding steps alone."""
+    message = DEFAULT_OFF.replace("where float32's own recompute is 1.12e-05 off",
+                                  "where float64 could not run the model, so the tolerance is 1024 float32 rounding "
+                                  "steps")
+    assert message != DEFAULT_OFF
+    plan = plan_for(check(model="reformer", level="cache", outcome="mismatch", stage="compiled generation",
+                          message=message))
+    assert isinstance(plan, Plan) and not plan.float64
+    assert plan_for(check(model="zamba2", level="cache", outcome="mismatch", stage="compiled generation",
+                          message=DEFAULT_OFF)).float64  # type: ignore[union-attr]

@@ -76,3 +76,10 @@ def test_the_result_line_is_the_last_one_printed() -> None:
     assert parse_result('BUG: x\nREPRO-RESULT {"status": "bug", "kind": "error"}\n') == {"status": "bug",
                                                                                          "kind": "error"}
     assert parse_result("Traceback ...\n") is None
+
+
+def test_a_cache_script_without_float64_bounds_rounding_by_rounding_steps_alone() -> None:
+    text = render(script("cache_divergence", "mismatch", float64=False))
+    assert "noise = None  # float64 cannot run this model" in text and ".double()  # float64" not in text
+    assert "reference" not in text.split("def main", 1)[1].split("with torch.no_grad", 1)[0]
+    ast.parse(text)
