@@ -78,14 +78,23 @@ def test_an_installation_without_the_suite_is_a_usage_error_saying_what_to_do(
         shipped_suite.suite_directory()
 
 
-@pytest.mark.breadth
-def test_in_this_repository_the_suite_is_collected_once() -> None:
+@pytest.fixture(scope="module")
+def quick_start_collected() -> list[str]:
+    """The test ids the quick start's command collects in this repository (one fresh collection for both tests
+    that read it)."""
     completed = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                                "--fullgraph-models=llama"], cwd=REPOSITORY, capture_output=True, text=True,
+                                "--fullgraph-models=llama,gemma"], cwd=REPOSITORY, capture_output=True, text=True,
                                check=False)
     ids = [line for line in completed.stdout.splitlines() if "::" in line]
-    # 4 scenarios x 5 levels, the property test's four parts, the CUDA and shapes tests for each loop form
-    assert len(ids) == len(set(ids)) == 20 + 4 + 2 + 2, completed.stdout
+    assert ids, completed.stdout + completed.stderr
+    return ids
+
+
+def test_in_this_repository_the_suite_is_collected_once(quick_start_collected: list[str]) -> None:
+    """Each test id once, all from the shipped suite (sharing the quick start's collection below)."""
+    ids = quick_start_collected
+    # per model: 4 scenarios x 5 levels, the property test's four parts, the CUDA and shapes tests for each loop form
+    assert len(ids) == len(set(ids)) == 2 * (20 + 4 + 2 + 2), ids
     assert all(line.startswith("suites/") for line in ids)
 
 
@@ -163,17 +172,14 @@ def test_the_readme_installs_torch_as_the_constraints_pin_it_and_ci_runs_its_com
     assert not [line for line in readme if "-c constraints-cpu.txt" in line and " -e " not in line]
 
 
-def test_the_quick_starts_promised_xfails_and_skips_are_what_it_collects() -> None:
+def test_the_quick_starts_promised_xfails_and_skips_are_what_it_collects(quick_start_collected: list[str]) -> None:
     """README's promised summary: its xfails are the generate-level checks (expected breaks), its skips the CUDA-graph
     property tests (no GPU), and the three add up to what the command collects. The run's own summary line is
     compared with the promise by the workflow's fast job (``tests/readme_summary.py``)."""
     promise = readme_summary.promised((REPOSITORY / "README.md").read_text())
-    completed = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                                "--fullgraph-models=llama,gemma"], cwd=REPOSITORY, capture_output=True, text=True,
-                               check=False)
-    ids = [line for line in completed.stdout.splitlines() if "::" in line]
+    ids = quick_start_collected
     assert set(promise) == {"passed", "skipped", "xfailed"}
-    assert len(ids) == sum(promise.values()), completed.stdout
+    assert len(ids) == sum(promise.values()), ids
     assert sum("-generate-" in line for line in ids) == promise["xfailed"]
     assert sum("cudagraphs_matches_eager" in line for line in ids) == promise["skipped"]
 

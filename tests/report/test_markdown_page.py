@@ -41,7 +41,7 @@ def test_the_196_model_page_is_short_and_starts_with_counts_that_match_the_json(
     lines = page.splitlines()
     assert len({check.model for check in merged_196.checks}) == 196
     assert "Levels not run for every model" not in page  # every basic-matrix report merged
-    assert len(lines) < 250, len(lines)
+    assert len(lines) < 280, len(lines)  # 250 since the second requests' Recompiles section (issue #45)
     assert next(line for line in lines if line.startswith("## ")) == "## Summary"
     counts = Counter(check.outcome for check in merged_196.checks)
     header = next(line for line in lines if line.startswith("| level | checks |"))
@@ -73,7 +73,7 @@ def test_the_196_model_page_groups_models_errors_and_sites(merged_196: report.Re
     assert "| `transformers/generation/utils.py:396` (__call__)<br>`return bool(unfinished_sequences.max() == 0)` |" \
         in page
     assert "/root/" not in page and "`python3.11/copy.py:153` (deepcopy)" in page
-    assert "| unsupported by fullgraph_generate: {class}.forward takes no `cache` argument | 48 | openai-gpt, " \
+    assert "| unsupported by fullgraph_generate: {class}.forward takes no `cache` argument | 44 | openai-gpt, " \
            "reformer, rwkv, xlnet |" in page
 
 
