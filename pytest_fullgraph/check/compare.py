@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any, cast
 
-from pytest_fullgraph.core.generation import generate, static_cache_config
+from pytest_fullgraph.core.generation import generate, recompute_config, static_cache_config
 from pytest_fullgraph.core.logits import float64_copy, next_token_logits, rounding_step
 from pytest_fullgraph.core.mismatch import Mismatch, first_difference
 from pytest_fullgraph.core.model_facts import model_dtype
@@ -194,9 +194,7 @@ REFERENCE_BLAMED = "the default cache's path, the eager reference, is wrong, not
 
 def _recomputed(model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig, seed: int) -> torch.Tensor:
     """``generate`` recomputing every step without a cache (transformers PR #48289's reference), same seed."""
-    recompute = copy.deepcopy(config)
-    recompute.use_cache, recompute.cache_implementation = False, None
-    return generate(model, inputs, recompute, seed)
+    return generate(model, inputs, recompute_config(config), seed)
 
 
 def reference_against_recompute(model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig,

@@ -50,6 +50,14 @@ def generate(model: PreTrainedModel, inputs: dict[str, Any], config: GenerationC
     return seeded(seed, lambda: generate_fn(model)(**inputs, generation_config=config))
 
 
+def recompute_config(config: GenerationConfig) -> GenerationConfig:
+    """The config recomputing every step without a cache (``use_cache=False``): transformers PR #48289's reference
+    for a cache path, which the cache level and a mismatch's note both run."""
+    config = copy.deepcopy(config)
+    config.use_cache, config.cache_implementation = False, None
+    return config
+
+
 def static_cache_config(config: GenerationConfig) -> GenerationConfig:
     """The config with transformers' static cache, run eagerly (transformers would auto-compile it)."""
     config = copy.deepcopy(config)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pytest_fullgraph.core import breaks
-from pytest_fullgraph.core.generation import GENERATE_REFUSES, static_cache_config
+from pytest_fullgraph.core.generation import GENERATE_REFUSES, recompute_config, static_cache_config
 from pytest_fullgraph.core.logits import StepOutputs, float64_copy, recompute_steps, rounding_step
 from pytest_fullgraph.core.messages import summary
 from pytest_fullgraph.core.mismatch import DIVERGENCE, ROUNDING, Mismatch, PrecisionVerdict, first_difference
@@ -120,9 +120,7 @@ class CacheLevel(Level):
 
 
 def _run_path(model: PreTrainedModel, inputs: dict[str, Any], config: GenerationConfig, name: str) -> PathRun:
-    config = static_cache_config(config) if name == "static" else copy.deepcopy(config)
-    if name == "recompute":
-        config.use_cache = False
+    config = {"static": static_cache_config, "recompute": recompute_config}.get(name, copy.deepcopy)(config)
     config.return_dict_in_generate = True
     config.output_logits = config.output_scores = config.output_hidden_states = True
     try:
