@@ -21,8 +21,9 @@ def flipping():
 
 register_model("toy_flip", flipping)
 '''
-DECODE = ["--fullgraph-models=toy_flip", "--fullgraph-backend=eager", "-k", "greedy and decode", "-p",
-          "no:cacheprovider", "-rxX"]
+#: One check at the cheapest compiled level (the gate is the same at every level), its first break recorded.
+ONE_CHECK = ["--fullgraph-models=toy_flip", "--fullgraph-backend=eager", "-k", "greedy and forward", "-p",
+             "no:cacheprovider", "-rxX", "--fullgraph-breaks=first"]
 
 
 @pytest.fixture
@@ -39,34 +40,35 @@ def outcomes_in(baseline: Path) -> dict[str, str]:
 def test_a_check_worse_than_the_baseline_fails_naming_the_baselines_outcome_and_update_round_trips(
         flip_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     baseline = flip_project.path / "baselines" / "toy.json"
-    started = flip_project.runpytest(*DECODE, "--fullgraph-baseline=baselines/toy.json", "--fullgraph-baseline-update")
+    update = ["--fullgraph-baseline=baselines/toy.json", "--fullgraph-baseline-update"]
+    started = flip_project.runpytest(*ONE_CHECK, *update)
     started.assert_outcomes(passed=1)
     started.stdout.fnmatch_lines(["fullgraph baseline updated: baselines/toy.json (1 check(s) of this run, 0 kept)"])
-    assert outcomes_in(baseline) == {"toy_flip-greedy-decode": "pass"}
+    assert outcomes_in(baseline) == {"toy_flip-greedy-forward": "pass"}
 
     monkeypatch.setenv("TOY_BREAKS", "1")
-    worse = flip_project.runpytest(*DECODE, "--fullgraph-baseline=baselines/toy.json")
+    worse = flip_project.runpytest(*ONE_CHECK, "--fullgraph-baseline=baselines/toy.json")
     worse.assert_outcomes(failed=1)
     worse.stdout.fnmatch_lines([
-        "*toy_flip-greedy-decode-float32*", "*break: worse than the baseline: was pass in baselines/toy.json "
+        "*toy_flip-greedy-forward-float32*", "*break: worse than the baseline: was pass in baselines/toy.json "
         "(pass -> break: Data-dependent branching [[]GB0170[]] at conftest.py:9*",
         "fullgraph baseline baselines/toy.json: 1 check(s) compared, 1 worse, 0 better, 0 not in it"])
 
-    accepted = flip_project.runpytest(*DECODE, "--fullgraph-baseline=baselines/toy.json", "--fullgraph-baseline-update")
+    accepted = flip_project.runpytest(*ONE_CHECK, *update)
     accepted.assert_outcomes(xfailed=1)  # updating judges as a run without a baseline does
-    assert outcomes_in(baseline) == {"toy_flip-greedy-decode": "break"}
-    known = flip_project.runpytest(*DECODE, "--fullgraph-baseline=baselines/toy.json")
+    assert outcomes_in(baseline) == {"toy_flip-greedy-forward": "break"}
+    known = flip_project.runpytest(*ONE_CHECK, "--fullgraph-baseline=baselines/toy.json")
     known.assert_outcomes(xfailed=1)
-    known.stdout.fnmatch_lines(["XFAIL *toy_flip-greedy-decode-float32* - break as in the baseline "
+    known.stdout.fnmatch_lines(["XFAIL *toy_flip-greedy-forward-float32* - break as in the baseline "
                                 "baselines/toy.json: Data-dependent branching*"])
     assert known.ret == 0
 
     monkeypatch.delenv("TOY_BREAKS")
-    fixed = flip_project.runpytest(*DECODE, "--fullgraph-baseline=baselines/toy.json")
+    fixed = flip_project.runpytest(*ONE_CHECK, "--fullgraph-baseline=baselines/toy.json")
     fixed.assert_outcomes(passed=1)
     fixed.stdout.fnmatch_lines([
         "fullgraph baseline baselines/toy.json: 1 check(s) compared, 0 worse, 1 better, 0 not in it",
-        "fixed since the baseline: toy_flip-greedy-decode-float32: break -> pass",
+        "fixed since the baseline: toy_flip-greedy-forward-float32: break -> pass",
         "update it with --fullgraph-baseline-update (rewrites this run's checks in baselines/toy.json, keeps the "
         "rest)"])
 
@@ -74,15 +76,15 @@ def test_a_check_worse_than_the_baseline_fails_naming_the_baselines_outcome_and_
 def test_an_update_keeps_the_checks_this_run_did_not_run(flip_project: pytest.Pytester) -> None:
     arguments = ["--fullgraph-models=toy_flip", "--fullgraph-backend=eager", "-p", "no:cacheprovider",
                  "--fullgraph-baseline=base.json", "--fullgraph-baseline-update"]
-    flip_project.runpytest(*arguments, "-k", "greedy and decode").assert_outcomes(passed=1)
-    flip_project.runpytest(*arguments, "-k", "sample and decode").assert_outcomes(passed=1)
-    assert outcomes_in(flip_project.path / "base.json") == {"toy_flip-greedy-decode": "pass",
-                                                            "toy_flip-sample-decode": "pass"}
+    flip_project.runpytest(*arguments, "-k", "greedy and forward").assert_outcomes(passed=1)
+    flip_project.runpytest(*arguments, "-k", "sample and forward").assert_outcomes(passed=1)
+    assert outcomes_in(flip_project.path / "base.json") == {"toy_flip-greedy-forward": "pass",
+                                                            "toy_flip-sample-forward": "pass"}
 
 
 def test_a_baseline_of_other_settings_is_a_usage_error_naming_both_values(flip_project: pytest.Pytester) -> None:
-    flip_project.runpytest(*DECODE, "--fullgraph-baseline=base.json", "--fullgraph-baseline-update")
-    other = flip_project.runpytest(*(each.replace("=eager", "=aot_eager") for each in DECODE),
+    flip_project.runpytest(*ONE_CHECK, "--fullgraph-baseline=base.json", "--fullgraph-baseline-update")
+    other = flip_project.runpytest(*(each.replace("=eager", "=aot_eager") for each in ONE_CHECK),
                                    "--fullgraph-baseline=base.json")
     assert other.ret == pytest.ExitCode.USAGE_ERROR
     other.stderr.fnmatch_lines(["ERROR: --fullgraph-baseline=base.json was made with other settings (backend: "
@@ -98,17 +100,17 @@ def test_a_baseline_of_other_settings_is_a_usage_error_naming_both_values(flip_p
 ])
 def test_a_missing_baseline_is_one_line_saying_how_to_start_one(flip_project: pytest.Pytester, arguments: list[str],
                                                                  line: str) -> None:
-    result = flip_project.runpytest(*DECODE, *arguments)
+    result = flip_project.runpytest(*ONE_CHECK, *arguments)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([line])
 
 
 def test_the_ini_key_reads_the_baseline_beside_the_ini_file(flip_project: pytest.Pytester,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    flip_project.runpytest(*DECODE, "--fullgraph-baseline=ci/base.json", "--fullgraph-baseline-update")
+    flip_project.runpytest(*ONE_CHECK, "--fullgraph-baseline=ci/base.json", "--fullgraph-baseline-update")
     ini = flip_project.makeini("[pytest]\nfullgraph_baseline = ci/base.json\n")
     monkeypatch.chdir(flip_project.mkdir("elsewhere"))
-    result = flip_project.runpytest(*DECODE, "-c", str(ini))
+    result = flip_project.runpytest(*ONE_CHECK, "-c", str(ini))
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["fullgraph baseline ci/base.json: 1 check(s) compared, 0 worse, 0 better, 0 not in "
                                  "it"])
