@@ -134,16 +134,29 @@ def findings(run: Sequence[tuple[str, Report]], releases: Sequence[tuple[str, Re
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def _configuration(environment: dict[str, Any]) -> str:
+def _configuration(environment: dict[str, Any], checks: Sequence[CheckResult]) -> str:
+    """The run's settings as the page's first line says them; the new tokens as its checks generated them (a level
+    such as ``cache`` generates its own count, whatever the run's ``--fullgraph-max-new-tokens``)."""
     parts = []
     for key, template in CONFIGURATION:
-        value = environment.get(key)
+        value = _tokens_generated(checks, environment[key]) if key == "max_new_tokens" else environment.get(key)
         if value is None or value == []:
             continue
         if isinstance(value, list):
             value = ", ".join(map(str, value))
         parts.append(template.format(WORDS.get(key, {}).get(value, value)))
     return ", ".join(parts)
+
+
+def _tokens_generated(checks: Sequence[CheckResult], run_tokens: Any) -> Any:
+    """One count when every check generated the same (the run's, or a level's own), else the run's followed by each
+    level's own: ``4 (cache: 16)``."""
+    per_level = {result.level: result.max_new_tokens for result in checks}
+    counts = set(per_level.values())
+    if len(counts) <= 1:
+        return counts.pop() if counts else run_tokens
+    own = ", ".join(f"{level}: {count}" for level, count in sorted(per_level.items()) if count != run_tokens)
+    return f"{run_tokens} ({own})"
 
 
 def _run_heading(label: str, run: Sequence[tuple[str, Report]]) -> tuple[Report, list[CheckResult], list[str]]:
@@ -155,7 +168,7 @@ def _run_heading(label: str, run: Sequence[tuple[str, Report]]) -> tuple[Report,
     models = sorted({result.model for result in checks})
     scenarios = selected_scenarios((result.scenario for result in checks), merged)
     return merged, checks, [f"## {label}{len(checks)} checks of {len(models)} models", "",
-                    f"{_configuration(merged.environment)}; scenarios {', '.join(scenarios)}. From "
+                    f"{_configuration(merged.environment, checks)}; scenarios {', '.join(scenarios)}. From "
                     f"{', '.join(f'`{source}`' for source, _ in run)}.", "",
                     provenance(report for _, report in run).line(), "",
                     "### Outcomes per level", "", *outcome_tables(checks, levels)]

@@ -65,6 +65,16 @@ def test_outcomes_are_counted_per_level_over_checks_and_over_models() -> None:
                            "4 new tokens; scenarios greedy, sample. From `run.json`.")
 
 
+@pytest.mark.parametrize(("tokens", "said"), [
+    ({"forward": 4, "decode": 4}, "4 new tokens"),
+    ({"cache": 16}, "16 new tokens"),  # a level with its own count, whatever the run's option said
+    ({"forward": 4, "while64": 64, "cache": 16}, "4 (cache: 16, while64: 64) new tokens"),
+])
+def test_the_new_tokens_said_are_those_the_checks_generated(tokens: dict[str, int], said: str) -> None:
+    checks = [a_check("llama", level=level, max_new_tokens=count) for level, count in tokens.items()]
+    assert f"backend aot_eager, {said}; scenarios greedy." in section(checks)
+
+
 def test_a_model_whose_outcome_depends_on_the_scenario_is_named() -> None:
     assert "- opt `forward`: pass in greedy; error in sample" in section(a_run())
     uniform = [check for check in a_run() if check.model != "opt"]
