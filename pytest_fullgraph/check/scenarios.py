@@ -12,6 +12,7 @@ from typing import Any
 
 from pytest_fullgraph.core.suggest import LIST_SCENARIOS, select_names
 from pytest_fullgraph.loop.modes import table as mode_table
+from pytest_fullgraph.models.shrink import SLIDING_WINDOW
 from pytest_fullgraph.models.tiny import FIRST_PROMPT_ID
 
 
@@ -82,10 +83,12 @@ class Scenario:
 
     @property
     def kind(self) -> str:
-        """"basic" (the default four), else "mode", "prefill", "processor", "sampling" or "stopping": which part
-        of ``generate`` the feature lives in."""
+        """"basic" (the default four), else "length", "mode", "prefill", "processor", "sampling" or "stopping":
+        which part of ``generate`` the feature lives in, or (``length``) how far the sequence runs."""
         if self.basic:
             return "basic"
+        if self.feature in LENGTH_FEATURES:
+            return "length"
         if self.feature in PREFILL_FEATURES:
             return "prefill"
         if self.feature in MODE_FEATURES:
@@ -114,6 +117,10 @@ DRAFT = "draft"
 STOPPING_FEATURES = ("eos", "eos_list", "max_length", "stop_strings", "max_time")
 #: Features of how the prompt is run before the first new token.
 PREFILL_FEATURES = ("prefill_chunk",)
+#: Features of a sequence longer than the basic checks' 12 tokens: the paths a model takes only past a length.
+LENGTH_FEATURES = ("past_window",)
+#: The longer prompt of ``past_window``: past the tiny configs' sliding window in the prompt itself.
+PAST_WINDOW_PROMPT = SLIDING_WINDOW + 4
 #: Features that are a decoding mode of their own (``GenerationConfig.get_generation_mode``), not greedy/sampling:
 #: the mode table's (read without torch).
 MODE_FEATURES = mode_table.FEATURES
@@ -199,6 +206,11 @@ SCENARIOS: dict[str, Scenario] = {
                  settings={"stop_strings": [_G(0, 1), _G(1, 1)]}, generate_kwargs={"tokenizer": TOKENIZER}),
         Scenario("max_time", "greedy, max_time=600 s (MaxTimeCriteria: a host clock)", feature="max_time",
                  settings={"max_time": 600.0}, inert="a limit no tiny generation reaches"),
+        # sequence length
+        Scenario("past_window", f"greedy, a left-padded batch of prompts of lengths {PAST_WINDOW_PROMPT} and "
+                 f"{PAST_WINDOW_PROMPT - 6}: past a tiny config's sliding window ({SLIDING_WINDOW} tokens) in the "
+                 "prompt of row 0 and while decoding row 1, where the basic scenarios' 12 tokens stay inside it",
+                 prompt_lengths=(PAST_WINDOW_PROMPT, PAST_WINDOW_PROMPT - 6), feature="past_window"),
         # prefill
         Scenario("prefill_chunk", "greedy, a left-padded batch of prompts of lengths 8 and 5 prefilled in chunks "
                  "of 3 tokens (prefill_chunk_size=3: chunks of 3, 3 and 2, each a forward on the cache)",

@@ -20,11 +20,13 @@ from pytest_fullgraph.check.inputs import (
     model_generation_defaults,
     scenario_values,
 )
-from pytest_fullgraph.check.scenarios import BASIC, SCENARIOS, Scenario, select_scenarios
+from pytest_fullgraph.check.scenarios import BASIC, PAST_WINDOW_PROMPT, SCENARIOS, Scenario, select_scenarios
 from pytest_fullgraph.core.generation import generate
+from pytest_fullgraph.models.shrink import SLIDING_WINDOW
 from tests.conftest import checks_by_id, read_report
 
-FEATURES = [name for name in SCENARIOS if name not in BASIC]
+#: The scenarios whose settings make them (a length scenario has none: its prompt makes it, tested on its own).
+FEATURES = [name for name in SCENARIOS if name not in BASIC and SCENARIOS[name].kind != "length"]
 TOKENS = 4
 
 
@@ -85,6 +87,38 @@ def test_each_feature_changes_the_tokens_or_says_why_it_cannot(llama: Any, name:
         assert named in built, f"{name}: {named} is not among what generate builds: {built}"
     else:
         assert not same, f"{name}'s settings do not change llama's tokens: the scenario does not test its feature"
+
+
+def _every_steps_logits(model: Any, scenario: Scenario) -> torch.Tensor:
+    """Eager greedy ``generate``'s logits at every step on the scenario's prompts."""
+    config = generation_config(scenario, TOKENS, None, {})
+    config.output_logits, config.return_dict_in_generate = True, True
+    with model_generation_defaults(model, None):
+        output = model.generate(**make_inputs(model, scenario), generation_config=config)
+    return torch.stack(output.logits)
+
+
+def _window_widened(model: Any, window: int) -> Any:
+    """The same weights with a sliding window nothing reaches: the mask, the cache and each layer read it."""
+    wide = copy.deepcopy(model)
+    wide.config.sliding_window = window
+    for module in wide.modules():
+        if getattr(module, "sliding_window", None):
+            module.sliding_window = window
+    return wide
+
+
+@pytest.mark.parametrize(("name", "slides"), [("greedy", False), ("padded", False), ("past_window", True)])
+def test_only_the_length_scenario_runs_past_the_tiny_configs_sliding_window(name: str, slides: bool) -> None:
+    """gemma2 (sliding and full layers): the basic scenarios' 12 tokens stay inside its tiny window, so widening the
+    window changes nothing; ``past_window``'s prompts go past it, and the same weights with a wider window give other
+    logits: the window is reached."""
+    model = build_tiny("gemma2")
+    assert model.config.sliding_window == SLIDING_WINDOW < PAST_WINDOW_PROMPT
+    scenario = SCENARIOS[name]
+    assert scenario.kind == ("length" if slides else "basic")
+    widened = _every_steps_logits(_window_widened(model, 10 * SLIDING_WINDOW), scenario)
+    assert torch.equal(_every_steps_logits(model, scenario), widened) is not slides
 
 
 def test_every_scenario_has_a_feature_and_a_unique_name_fit_for_test_ids() -> None:
