@@ -105,7 +105,7 @@ def test_a_compiler_crash_away_from_the_models_break_stays_torchs_error_naming_t
     PyTorch's error, and its message names the model's break."""
     from pytest_fullgraph import run_check
 
-    result = run_check(build_tiny("mpt"), "mpt", "greedy", "decode", "aot_eager", 2)
+    result = run_check(build_tiny("mpt"), "mpt", "greedy", "decode", "eager", 2)  # a crash while tracing
     assert result.outcome == "error"
     assert result.first_break is not None
     assert (result.first_break.gb_type, result.first_break.origin) == ("InternalTorchDynamoError", "torch")
@@ -146,15 +146,12 @@ def test_loop_mismatch_on_a_sound_model_is_the_loops(monkeypatch: pytest.MonkeyP
     assert result.message.endswith("so the loop is at fault")
 
 
-def test_decode_level_is_one_graph_and_attributes_model_breaks(toy_project: pytest.Pytester,
-                                                               tmp_path: Path) -> None:
-    result = toy_project.runpytest("--fullgraph-models=toy,toy_break", "--fullgraph-backend=eager", "-k",
-                                   "greedy and decode", "-p", "no:cacheprovider", f"--fullgraph-report={tmp_path}")
-    result.assert_outcomes(passed=1, xfailed=1)
-    checks = checks_by_id(read_report(tmp_path))
-    assert checks["toy-greedy-decode"]["graph_count"] == 1
-    first = checks["toy_break-greedy-decode"]["first_break"]
-    assert (first["file"], first["line"], first["origin"]) == ("conftest.py", PLANTED_BREAK_LINE, "user")
+def test_decode_level_is_one_graph(toy_project: pytest.Pytester, tmp_path: Path) -> None:
+    """(A model's break at this level stays the model's: ``tests/plugin/test_verdict.py``.)"""
+    result = toy_project.runpytest("--fullgraph-models=toy", "--fullgraph-backend=eager", "-k", "greedy and decode",
+                                   "-p", "no:cacheprovider", f"--fullgraph-report={tmp_path}")
+    result.assert_outcomes(passed=1)
+    assert checks_by_id(read_report(tmp_path))["toy-greedy-decode"]["graph_count"] == 1
 
 
 @pytest.mark.breadth  # runs the property suite's four parts on a model that breaks
@@ -227,8 +224,8 @@ def test_an_unknown_loop_form_is_named_with_the_forms_allowed() -> None:
 
 def test_export_level_locates_a_failing_export(toy_project: pytest.Pytester, tmp_path: Path) -> None:
     """The judged export is strict (dynamo traces the loop); its diagnosis must find the model's break too."""
-    result = toy_project.runpytest("--fullgraph-models=toy_break", "-k", "greedy and export", "-p",
-                                   "no:cacheprovider", f"--fullgraph-report={tmp_path}")
+    result = toy_project.runpytest("--fullgraph-models=toy_break", "--fullgraph-backend=eager", "-k",
+                                   "greedy and export", "-p", "no:cacheprovider", f"--fullgraph-report={tmp_path}")
     result.assert_outcomes(xfailed=1)
     check = checks_by_id(read_report(tmp_path))["toy_break-greedy-export"]
     assert check["outcome"] == "break"
