@@ -1,16 +1,17 @@
-"""Does a check reach the model's own code? Lines of each model's ``modeling_*.py`` that the basic scenarios run.
+"""Does a check reach the model's own code? Lines of each model's ``modeling_*.py`` that the scenarios run.
 
-For each model type, its tiny model generates the four basic scenarios eagerly, on the default cache and on the
-static cache (the reference and the compiled levels' cache), under ``coverage`` restricted to the model's modeling
-file. The forward path is the executable lines of the ``forward`` of each class of that file the built model
-instantiates, and of the file's other functions and methods that ran: a line there that never ran is a branch the
-checks do not take. Beside it, the distinctive
-paths of each family (``PATHS``), decided from the tiny config against the sequence the checks generate: a sliding
-window shorter than the sequence, a sparse-attention indexer that selects (its top-k below the sequence), more than
-one expert per token, a chunked attention's boundary, a recurrent chunk's boundary.
+For each model type, its tiny model generates the scenarios (the four basic ones and ``past_window``) eagerly, on
+the default cache and on the static cache (the reference and the compiled levels' cache), under ``coverage``
+restricted to the model's modeling file. The forward path is the executable lines of the ``forward`` of each class
+of that file the built model instantiates, and of the file's other functions and methods that ran: a line there that
+never ran is a branch the checks do not take. Beside it, the distinctive paths of each family (``PATHS``), decided
+from the tiny config against the longest prompt and sequence the scenarios generate: a sliding window shorter than
+the sequence, a sparse-attention indexer that selects (its top-k below the sequence), more than one expert per token,
+a chunked attention's boundary, a recurrent chunk's boundary (the prompt's scan).
 
     pip install coverage   # a bench dependency only
     python bench/code_reach.py --json bench/results/code-reach.json [--models llama,gemma] [--tokens 4]
+        [--scenarios greedy,sample,eos,padded,past_window]
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from typing import Any
 
 import raw  # bench/raw.py
 
-#: The basic scenarios' prompt width (``check.scenarios``: prompts of 8 tokens).
-PROMPT = 8
+#: The scenarios measured unless ``--scenarios`` says otherwise: the basic four and the one that runs past a window.
+SCENARIOS = "greedy,sample,eos,padded,past_window"
 
 
 @dataclass(frozen=True)
@@ -37,27 +38,31 @@ class DistinctivePath:
 
     name: str
     attribute: str
-    reached: Callable[[Any, int], bool]
+    #: whether a sequence reaches it: (the config value, the longest prompt, the longest sequence)
+    reached: Callable[[Any, int, int], bool]
 
 
 PATHS = (
-    DistinctivePath("sliding window slides", "sliding_window", lambda value, length: length > value),
-    DistinctivePath("sparse indexer selects", "index_topk", lambda value, length: length > value),
-    DistinctivePath("several experts per token", "num_experts_per_tok", lambda value, length: value > 1),
-    DistinctivePath("chunked attention crosses a chunk", "attention_chunk_size", lambda value, length: length > value),
-    DistinctivePath("recurrent scan crosses a chunk", "chunk_size", lambda value, length: value < PROMPT),
+    DistinctivePath("sliding window slides", "sliding_window", lambda value, prompt, length: length > value),
+    DistinctivePath("sparse indexer selects", "index_topk", lambda value, prompt, length: length > value),
+    DistinctivePath("several experts per token", "num_experts_per_tok", lambda value, prompt, length: value > 1),
+    DistinctivePath("chunked attention crosses a chunk", "attention_chunk_size",
+                    lambda value, prompt, length: length > value),
+    # the scans run in chunks over the prompt only; each decode step is one token
+    DistinctivePath("recurrent scan crosses a chunk", "chunk_size", lambda value, prompt, length: value < prompt),
 )
 
 
-def paths_of(config: Any, length: int) -> list[dict[str, Any]]:
-    """The distinctive paths the config has, each with its value and whether a sequence of ``length`` reaches it."""
+def paths_of(config: Any, prompt: int, length: int) -> list[dict[str, Any]]:
+    """The distinctive paths the config has, each with its value and whether the longest prompt and sequence the
+    scenarios generate reach it."""
     text = config.get_text_config()
     found = []
     for path in PATHS:
         value = getattr(text, path.attribute, None)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:  # 0: none (qwen2_moe's window)
             found.append({"path": path.name, "attribute": path.attribute, "value": value,
-                          "reached": bool(path.reached(value, length))})
+                          "reached": bool(path.reached(value, prompt, length))})
     return found
 
 
@@ -83,14 +88,14 @@ def forward_path_lines(model: Any, statements: set[int], run: set[int], file: st
     return {line for line in statements if any(line in span for span in spans)}
 
 
-def measure(model_type: str, tokens: int) -> dict[str, Any]:
+def measure(model_type: str, tokens: int, scenarios: list[str]) -> dict[str, Any]:
     """One model's lines run and distinctive paths; an ``error`` in place of them when it cannot be measured."""
     import coverage
     import torch
 
     from pytest_fullgraph import build_tiny
     from pytest_fullgraph.check.inputs import generation_config, make_inputs, model_generation_defaults, scenario_values
-    from pytest_fullgraph.check.scenarios import SCENARIOS
+    from pytest_fullgraph.check.scenarios import SCENARIOS, longest_prompt
     from pytest_fullgraph.core.generation import generate, static_cache_config
 
     try:
@@ -102,7 +107,7 @@ def measure(model_type: str, tokens: int) -> dict[str, Any]:
     failures = []
     tracer.start()
     try:
-        for name in ("greedy", "sample", "eos", "padded"):
+        for name in scenarios:
             for static in (False, True):
                 try:
                     scenario = SCENARIOS[name]
@@ -120,7 +125,7 @@ def measure(model_type: str, tokens: int) -> dict[str, Any]:
     path = forward_path_lines(model, set(statements), run, file)
     return {"model": model_type, "file": file.split("site-packages/")[-1], "statements": len(statements),
             "forward_path": len(path), "run": len(run & path), "missed": sorted(path - run), "failures": failures,
-            "paths": paths_of(model.config, PROMPT + tokens)}
+            "paths": paths_of(model.config, longest_prompt(scenarios), longest_prompt(scenarios) + tokens)}
 
 
 def table(raw_output: dict[str, Any]) -> list[str]:
@@ -143,6 +148,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, required=True, help="Where the raw output goes")
     parser.add_argument("--models", default="all", help="Comma list of model types (default: all)")
     parser.add_argument("--tokens", type=int, default=4, help="New tokens per generation (the suite's default: 4)")
+    parser.add_argument("--scenarios", default=SCENARIOS, help=f"Comma list of scenarios (default: {SCENARIOS})")
     args = parser.parse_args()
     from pytest_fullgraph.models.build import installed_model_types
 
@@ -150,9 +156,9 @@ def main() -> None:
     started = time.time()
     rows = []
     for model_type in models:
-        rows.append(measure(model_type, args.tokens))
+        rows.append(measure(model_type, args.tokens, args.scenarios.split(",")))
         print(table({"rows": rows[-1:]})[-1], flush=True)
-    raw.save(args.json, "code_reach", rows, started, time.time(), tokens=args.tokens)
+    raw.save(args.json, "code_reach", rows, started, time.time(), tokens=args.tokens, scenarios=args.scenarios)
 
 
 if __name__ == "__main__":

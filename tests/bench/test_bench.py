@@ -186,16 +186,19 @@ def test_rejudge_turns_a_crash_away_from_the_break_into_torchs_error() -> None:
 
 
 def test_code_reach_decides_each_distinctive_path_from_the_config_and_the_sequence() -> None:
-    """bench/code_reach.py: a sliding window of 16 never slides over 8 + 4 tokens, an indexer keeping 8 selects, two
-    experts per token are several; a config without the attribute has no such path."""
+    """bench/code_reach.py: a sliding window of 16 never slides over 8 + 4 tokens and does over past_window's 20 + 4,
+    an indexer keeping 8 selects, two experts per token are several, a recurrent scan's chunk is crossed by a longer
+    prompt only; a config without the attribute has no such path."""
     from types import SimpleNamespace
 
     code_reach = bench_module("code_reach")
-    text = SimpleNamespace(sliding_window=16, index_topk=8, num_experts_per_tok=2, use_cache=True)
+    text = SimpleNamespace(sliding_window=16, index_topk=8, num_experts_per_tok=2, chunk_size=16, use_cache=True)
     config = SimpleNamespace(get_text_config=lambda: text)
-    found = {path["path"]: path["reached"] for path in code_reach.paths_of(config, 12)}
+    found = {path["path"]: path["reached"] for path in code_reach.paths_of(config, 8, 12)}
     assert found == {"sliding window slides": False, "sparse indexer selects": True,
-                     "several experts per token": True}
-    assert code_reach.paths_of(config, 24)[0]["reached"]  # the cache level's 16 new tokens slide it
-    row = {"model": "m", "run": 3, "forward_path": 4, "failures": [], "paths": code_reach.paths_of(config, 12)[:1]}
+                     "several experts per token": True, "recurrent scan crosses a chunk": False}
+    past = {path["path"]: path["reached"] for path in code_reach.paths_of(config, 20, 24)}
+    assert past["sliding window slides"] and past["recurrent scan crosses a chunk"]
+    assert not code_reach.paths_of(config, 8, 16)[0]["reached"]  # a window of 16 holds 16 tokens
+    row = {"model": "m", "run": 3, "forward_path": 4, "failures": [], "paths": code_reach.paths_of(config, 8, 12)[:1]}
     assert code_reach.table({"rows": [row]})[-1] == "| m | 3 / 4 (75%) | ❌ sliding window slides (sliding_window=16) |"
