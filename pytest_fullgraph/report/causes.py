@@ -120,8 +120,10 @@ def fault_of(result: CheckResult) -> str:
                 "user" if origin == "user" else "unknown")
 
 
-#: A model class in a reason (``RwkvForCausalLM.forward takes no `cache` argument``) and the loop form named.
+#: A model class in a reason (``RwkvForCausalLM.forward takes no `cache` argument``), where its code is
+#: (``(transformers/models/rwkv/modeling_rwkv.py:683)``), and the loop form named.
 _MODEL_CLASS = re.compile(r"\b[A-Z][A-Za-z0-9]*(?:ForCausalLM|LMHeadModel|WithLMHead|Model|Decoder)\b")
+_DEFINED_AT = re.compile(r" \([\w/.-]+\.py:\d+\)")
 _LOOP_FORM = re.compile(r"\(loop='\w+'\)")
 #: The test a crashed worker was running, named in its check's message (``session.record_crash``).
 _CRASHED_TEST = re.compile(r"(crashed while running this check) \([^)]*\)")
@@ -135,8 +137,8 @@ def error_key(message: str) -> str:
 
 
 def skip_key(message: str) -> str:
-    """One reason however many model classes and loop forms it was given for."""
-    return _LOOP_FORM.sub("", _MODEL_CLASS.sub("{class}", message))
+    """One reason however many model classes (and where their code is) and loop forms it was given for."""
+    return _LOOP_FORM.sub("", _DEFINED_AT.sub("", _MODEL_CLASS.sub("{class}", message)))
 
 
 @dataclass
