@@ -13,21 +13,16 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pytest_fullgraph.check.compare import (
-    REFERENCE_BLAMED,
-    eager_failure_blame,
-    first_difference,
-    reference_against_recompute,
-    static_cache_verdict,
-)
+from pytest_fullgraph.check.compare import eager_failure_blame, first_difference
 from pytest_fullgraph.check.compiled import compile_and_compare
 from pytest_fullgraph.check.inputs import generate_kwargs as scenario_generate_kwargs
 from pytest_fullgraph.check.inputs import generation_config, make_inputs, model_generation_defaults, scenario_values
+from pytest_fullgraph.check.own_loop import own_loop_difference, own_loop_eagerly
 from pytest_fullgraph.check.scenarios import SCENARIOS, Scenario
-from pytest_fullgraph.check.state import CheckRun, explained_difference
+from pytest_fullgraph.check.state import CheckRun
 from pytest_fullgraph.core import breaks
 from pytest_fullgraph.core.compute import forget_compiled, reproducible_compute
-from pytest_fullgraph.core.generation import GENERATE_REFUSES, UnsupportedGeneration, generate, seeded
+from pytest_fullgraph.core.generation import GENERATE_REFUSES, UnsupportedGeneration, generate
 from pytest_fullgraph.core.messages import first_line, summary
 from pytest_fullgraph.core.model_facts import model_device, model_dtype
 from pytest_fullgraph.core.outcomes import BREAK, ERROR, MISMATCH, NONDETERMINISTIC, PASS, SKIP, Stage
@@ -190,19 +185,12 @@ def _own_loop_agrees(run: CheckRun, eager: torch.Tensor) -> bool:
     A difference here is the loop's or the model's static-cache path's, never the compiler's; the message
     says which of the two.
     """
-    import torch
-
-    level, config = run.level, run.reference
-    ours = seeded(run.seed, lambda: level.run_own_loop_eagerly(run.model, run.inputs, config))
-    if ours is None or torch.equal(eager, ours):
+    ours = own_loop_eagerly(run)
+    difference = None if ours is None else own_loop_difference(run, eager, ours)
+    if difference is None:
         return True
     result = run.result
-    result.outcome = MISMATCH
-    result.mismatch = explained_difference(run, eager, ours)
-    where = result.mismatch.describe(level.own_loop)
-    verdict = static_cache_verdict(run.model, run.inputs, config, run.seed, eager, level.own_loop_blame,
-                                   level.prompt_bound(run.inputs, config))
-    if REFERENCE_BLAMED not in verdict:
-        verdict += reference_against_recompute(run.model, run.inputs, config, run.seed, eager)
-    result.message = f"{level.own_loop} run eagerly differs from model.generate at {where}{verdict}"
+    result.outcome, (result.mismatch, verdict) = MISMATCH, difference
+    where = result.mismatch.describe(run.level.own_loop)
+    result.message = f"{run.level.own_loop} run eagerly differs from model.generate at {where}{verdict}"
     return False

@@ -13,11 +13,12 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from pytest_fullgraph.check.compare import first_difference
 from pytest_fullgraph.check.inputs import left_padded_prompts, model_generation_defaults
+from pytest_fullgraph.check.own_loop import own_loop_difference, own_loop_eagerly
 from pytest_fullgraph.check.state import CheckRun
 from pytest_fullgraph.core.generation import generate, seeded
 from pytest_fullgraph.core.guards import guards_from_refusal, is_recompile_refusal
@@ -34,6 +35,16 @@ if TYPE_CHECKING:
 
 #: A variation made concrete for one check: its inputs, its config and what changed, in words.
 Made = tuple[dict[str, Any], "GenerationConfig", str]
+
+
+@dataclass(frozen=True)
+class Difference:
+    """A second request whose compiled tokens differ from eager ``generate``'s: where, and the call's inputs, config
+    and eager tokens, to tell whose difference it is."""
+
+    mismatch: Mismatch
+    made: Made
+    eager: torch.Tensor
 
 
 @dataclass(frozen=True)
@@ -114,7 +125,7 @@ def try_variations(run: CheckRun, eager: torch.Tensor, backend: Any) -> None:
     becomes the check's outcome (the first one met), every call is kept in ``result.variations``."""
     result, level = run.result, run.level
     started = time.perf_counter()
-    differences: dict[str, Mismatch] = {}
+    differences: dict[str, Difference] = {}
     for name in level.variations:
         made = VARIATIONS[name].make(run, eager)
         if made is None:
@@ -130,7 +141,7 @@ def try_variations(run: CheckRun, eager: torch.Tensor, backend: Any) -> None:
     _judge(run, differences)
 
 
-def _call_again(run: CheckRun, name: str, made: Made, backend: Any) -> tuple[Variation, Mismatch | None]:
+def _call_again(run: CheckRun, name: str, made: Made, backend: Any) -> tuple[Variation, Difference | None]:
     """The call, judged; with where its tokens first differ from eager's when they do."""
     import torch
 
@@ -152,7 +163,7 @@ def _call_again(run: CheckRun, name: str, made: Made, backend: Any) -> tuple[Var
     if torch.equal(eager, tokens):
         return Variation(name, change, EQUAL), None
     difference = first_difference(eager, tokens, int(inputs["input_ids"].shape[1]))
-    return Variation(name, change, DIFFERENT, detail=difference.describe()), difference
+    return Variation(name, change, DIFFERENT, detail=difference.describe()), Difference(difference, made, eager)
 
 
 #: Eager references of variations, shared by the levels whose reference configs are equal (one model at a time).
@@ -171,7 +182,7 @@ def _eager_reference(run: CheckRun, name: str, inputs: dict[str, Any], config: G
     return tokens
 
 
-def _judge(run: CheckRun, differences: dict[str, Mismatch]) -> None:
+def _judge(run: CheckRun, differences: dict[str, Difference]) -> None:
     """The first broken promise fails the check as a break at its guard; else the first call whose tokens differ
     makes it a mismatch; else the pass stands, its message counting the variations."""
     result = run.result
@@ -185,12 +196,34 @@ def _judge(run: CheckRun, differences: dict[str, Mismatch]) -> None:
         return
     different = next((variation for variation in result.variations if variation.result == DIFFERENT), None)
     if different is not None:
-        result.outcome, result.mismatch = MISMATCH, differences[different.name]
+        difference = differences[different.name]
+        result.outcome, result.mismatch = MISMATCH, difference.mismatch
         result.message = (f"called again with {different.change} (no recompile), the compiled {run.level.name} "
-                          f"gives tokens that differ from eager at {different.detail}")
+                          f"gives tokens that differ from eager at {different.detail}{_whose(run, difference)}")
         return
     if result.variations:
         recompiled = sum(variation.result == RECOMPILED for variation in result.variations)
         result.message += (f"; called again {len(result.variations)} time(s): "
                            f"{recompiled} would recompile" if recompiled else
                            f"; called again {len(result.variations)} time(s), no recompile")
+
+
+def _whose(run: CheckRun, difference: Difference) -> str:
+    """The first call's diagnosis on the second request's inputs: the level's own loop run eagerly on them either
+    gives ``generate``'s tokens (the compiled program alone differs) or not (whose path, as for a first call)."""
+    inputs, config, _ = difference.made
+    again = replace(run, inputs=inputs, config=config, result=copy.copy(run.result))
+    loop = run.level.own_loop
+    try:
+        with model_generation_defaults(run.model, run.result.eos_token_id):
+            ours = own_loop_eagerly(again)
+            found = None if ours is None else own_loop_difference(again, difference.eager, ours)
+    except Exception as error:  # a note, best effort: the mismatch stands
+        return f"; running {loop} eagerly on these inputs failed: {type(error).__name__}: {first_line(error)}"
+    if ours is None:
+        return ""
+    if found is None:
+        return (f"; {loop} run eagerly on these inputs gives model.generate's tokens: the compiled program differs "
+                "from the loop it compiled")
+    mismatch, verdict = found
+    return f"; {loop} run eagerly on these inputs differs too, at {mismatch.describe(loop)}{verdict}"

@@ -128,6 +128,30 @@ def test_tokens_that_differ_without_a_recompile_are_a_mismatch_naming_the_call()
                                      "tokens that differ from eager at row 0, position 10")
 
 
+class LoopDiffersAgain(AgainLevel):
+    """A loop of its own that gives eager's tokens on the check's inputs, and other tokens on any later inputs."""
+
+    def run_own_loop_eagerly(self, model: Any, inputs: dict[str, Any], config: Any) -> torch.Tensor | None:
+        self.eager_runs = getattr(self, "eager_runs", 0) + 1
+        return EAGER if self.eager_runs == 1 else DIFFERENT
+
+
+def test_a_second_requests_difference_says_whether_the_loop_run_eagerly_gives_it_too() -> None:
+    """As a first call's mismatch: the level's loop run eagerly on the second request's inputs tells the compiled
+    program's difference from the loop's (or the model's cache path's)."""
+    compiled_only = check(ScriptedModel(), AgainLevel({SAME: DIFFERENT}, own_loop=EAGER)).message
+    assert "(no recompile), the compiled fake gives tokens that differ from eager at row 0, position 10 (new token " \
+           "2): eager 12, compiled 99" in compiled_only
+    assert compiled_only.endswith("; scripted_loop run eagerly on these inputs gives model.generate's tokens: the "
+                                  "compiled program differs from the loop it compiled")
+    the_loops = check(ScriptedModel(static=EAGER), LoopDiffersAgain({SAME: DIFFERENT}, own_loop=EAGER)).message
+    assert "; scripted_loop run eagerly on these inputs differs too, at row 0, position 10 (new token 2): eager 12, " \
+           "scripted_loop 99" in the_loops
+    assert the_loops.endswith("; model.generate with a static cache gives the default tokens, so the loop is at fault")
+    without_a_loop = check(ScriptedModel(), AgainLevel({SAME: DIFFERENT})).message
+    assert "compiled 99" in without_a_loop and "run eagerly" not in without_a_loop
+
+
 def test_with_recompiles_off_and_after_a_failure_the_object_is_not_called_again() -> None:
     level = AgainLevel({})
     assert check(ScriptedModel(), level, recompiles=False).variations == [] and level.calls == 0
