@@ -35,7 +35,7 @@ printed first all the same). examples:
     "findings": """example:
   python -m pytest_fullgraph report findings bench/reports --releases bench/reports/releases \\
       --also bench/reports/modes bench/reports/hf bench/reports/recompiles/popular-aot_eager.json.gz \\
-      bench/reports/prefill/all bench/reports/cache -o docs/FINDINGS.md""",
+      bench/reports/prefill/all bench/reports/cache bench/reports/past_window -o docs/FINDINGS.md""",
     "upstream": """example:
   python -m pytest_fullgraph repro bench/reports/matrix-*.json.gz cpmant mpt -o repros
   python -m pytest_fullgraph report upstream bench/reports/matrix-*.json.gz --repros repros -o drafts""",

@@ -139,7 +139,10 @@ def _configuration(environment: dict[str, Any], checks: Sequence[CheckResult]) -
     such as ``cache`` generates its own count, whatever the run's ``--fullgraph-max-new-tokens``)."""
     parts = []
     for key, template in CONFIGURATION:
-        value = _tokens_generated(checks, environment[key]) if key == "max_new_tokens" else environment.get(key)
+        if key == "max_new_tokens":
+            parts.append(_tokens_generated(checks, environment.get(key)))
+            continue
+        value = environment.get(key)
         if value is None or value == []:
             continue
         if isinstance(value, list):
@@ -148,15 +151,15 @@ def _configuration(environment: dict[str, Any], checks: Sequence[CheckResult]) -
     return ", ".join(parts)
 
 
-def _tokens_generated(checks: Sequence[CheckResult], run_tokens: Any) -> Any:
+def _tokens_generated(checks: Sequence[CheckResult], run_tokens: Any) -> str:
     """One count when every check generated the same (the run's, or a level's own), else the run's followed by each
-    level's own: ``4 (cache: 16)``."""
+    level's own: ``4 new tokens (cache: 16)``."""
     per_level = {result.level: result.max_new_tokens for result in checks}
     counts = set(per_level.values())
     if len(counts) <= 1:
-        return counts.pop() if counts else run_tokens
+        return f"{counts.pop() if counts else run_tokens} new tokens"
     own = ", ".join(f"{level}: {count}" for level, count in sorted(per_level.items()) if count != run_tokens)
-    return f"{run_tokens} ({own})"
+    return f"{run_tokens} new tokens ({own})"
 
 
 def _run_heading(label: str, run: Sequence[tuple[str, Report]]) -> tuple[Report, list[CheckResult], list[str]]:

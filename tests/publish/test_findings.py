@@ -23,10 +23,11 @@ from tests.factories import GENERATION_UTILS, a_break, a_check
 #: The committed page and the arguments that make it, relative to the repository (the page quotes them).
 PAGE, RUN, RELEASES = Path("docs/FINDINGS.md"), [Path("bench/reports")], [Path("bench/reports/releases")]
 #: The further runs the page has a section each for: the decoding-modes matrix, transformers' export paths, the
-#: popular models' second requests, chunked prefill over every model.
+#: popular models' second requests, chunked prefill over every model, the cache paths over every model, prompts past
+#: the sliding window over the windowed models.
 ALSO = [Path("bench/reports/modes"), Path("bench/reports/hf"),
         Path("bench/reports/recompiles/popular-aot_eager.json.gz"), Path("bench/reports/prefill/all"),
-        Path("bench/reports/cache")]
+        Path("bench/reports/cache"), Path("bench/reports/past_window")]
 ENVIRONMENT = {"torch": "2.13.0+cpu", "transformers": "5.24.0", "backend": "aot_eager", "max_new_tokens": 4,
                # legends are written with sorted keys: the page still puts the levels in the suite's order
                "levels": {"decode": "", "forward": ""}}
@@ -68,7 +69,7 @@ def test_outcomes_are_counted_per_level_over_checks_and_over_models() -> None:
 @pytest.mark.parametrize(("tokens", "said"), [
     ({"forward": 4, "decode": 4}, "4 new tokens"),
     ({"cache": 16}, "16 new tokens"),  # a level with its own count, whatever the run's option said
-    ({"forward": 4, "while64": 64, "cache": 16}, "4 (cache: 16, while64: 64) new tokens"),
+    ({"forward": 4, "while64": 64, "cache": 16}, "4 new tokens (cache: 16, while64: 64)"),
 ])
 def test_the_new_tokens_said_are_those_the_checks_generated(tokens: dict[str, int], said: str) -> None:
     checks = [a_check("llama", level=level, max_new_tokens=count) for level, count in tokens.items()]
@@ -228,7 +229,8 @@ from pytest_fullgraph.publish import findings
 sys.stdout.write(findings.generate([Path("bench/reports")], [Path("bench/reports/releases")], Path("docs/FINDINGS.md"),
                                    also=[Path("bench/reports/modes"), Path("bench/reports/hf"),
                                          Path("bench/reports/recompiles/popular-aot_eager.json.gz"),
-                                         Path("bench/reports/prefill/all"), Path("bench/reports/cache")]))
+                                         Path("bench/reports/prefill/all"), Path("bench/reports/cache"),
+                                         Path("bench/reports/past_window")]))
 assert not [name for name in sys.modules if name.split(".")[0] in ("torch", "transformers")
             and sys.modules[name] is not None]
 """
@@ -341,11 +343,11 @@ def test_the_readme_tables_quote_the_findings_page() -> None:
 def test_the_pages_that_quote_a_report_set_carry_its_provenance_line() -> None:
     """README and what-it-finds quote the counts of the basic matrix, the modes and the exporters, docs/recompiles.md
     the popular models' second requests, docs/levels.md chunked prefill over every model, what-it-finds the cache
-    paths over every model: each carries the line
+    paths over every model and past_window over the windowed models: each carries the line
     FINDINGS.md generates for that set (how many commits, how many reruns), word for word."""
     lines = [line for line in (REPOSITORY / PAGE).read_text().splitlines() if line.startswith("Provenance: ")]
-    assert len(lines) == 6
-    quoting = {"README.md": lines[:3], "docs/what-it-finds.md": [*lines[:3], lines[5]],
+    assert len(lines) == 7
+    quoting = {"README.md": lines[:3], "docs/what-it-finds.md": [*lines[:3], *lines[5:7]],
                "docs/recompiles.md": lines[3:4], "docs/levels.md": lines[4:5]}
     for page, quoted in quoting.items():
         text = " ".join((REPOSITORY / page).read_text().split())
