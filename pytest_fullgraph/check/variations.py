@@ -212,7 +212,7 @@ def _whose(run: CheckRun, difference: Difference) -> str:
     """The first call's diagnosis on the second request's inputs: the level's own loop run eagerly on them either
     gives ``generate``'s tokens (the compiled program alone differs) or not (whose path, as for a first call)."""
     inputs, config, _ = difference.made
-    again = replace(run, inputs=inputs, config=config, result=copy.copy(run.result))
+    again = replace(run, inputs=inputs, config=config)  # reads the run, writes nothing to its result
     loop = run.level.own_loop
     try:
         with model_generation_defaults(run.model, run.result.eos_token_id):

@@ -140,7 +140,8 @@ def _configuration(environment: dict[str, Any], checks: Sequence[CheckResult]) -
     parts = []
     for key, template in CONFIGURATION:
         if key == "max_new_tokens":
-            parts.append(_tokens_generated(checks, environment.get(key)))
+            count, levels_own = _tokens_generated(checks, environment.get(key))
+            parts.append(template.format(count) + levels_own)
             continue
         value = environment.get(key)
         if value is None or value == []:
@@ -151,15 +152,15 @@ def _configuration(environment: dict[str, Any], checks: Sequence[CheckResult]) -
     return ", ".join(parts)
 
 
-def _tokens_generated(checks: Sequence[CheckResult], run_tokens: Any) -> str:
-    """One count when every check generated the same (the run's, or a level's own), else the run's followed by each
-    level's own: ``4 new tokens (cache: 16)``."""
+def _tokens_generated(checks: Sequence[CheckResult], run_tokens: Any) -> tuple[Any, str]:
+    """One count when every check generated the same (the run's, or a level's own); else the run's, and each level's
+    own after it: ``(4, " (cache: 16)")``."""
     per_level = {result.level: result.max_new_tokens for result in checks}
     counts = set(per_level.values())
     if len(counts) <= 1:
-        return f"{counts.pop() if counts else run_tokens} new tokens"
+        return (counts.pop() if counts else run_tokens), ""
     own = ", ".join(f"{level}: {count}" for level, count in sorted(per_level.items()) if count != run_tokens)
-    return f"{run_tokens} new tokens ({own})"
+    return run_tokens, f" ({own})"
 
 
 def _run_heading(label: str, run: Sequence[tuple[str, Report]]) -> tuple[Report, list[CheckResult], list[str]]:
