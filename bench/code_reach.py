@@ -5,9 +5,10 @@ the default cache and on the static cache (the reference and the compiled levels
 restricted to the model's modeling file. The forward path is the executable lines of the ``forward`` of each class
 of that file the built model instantiates, and of the file's other functions and methods that ran: a line there that
 never ran is a branch the checks do not take. Beside it, the distinctive paths of each family (``PATHS``), decided
-from the tiny config against the longest prompt and sequence the scenarios generate: a sliding window shorter than
-the sequence, a sparse-attention indexer that selects (its top-k below the sequence), more than one expert per token,
-a chunked attention's boundary, a recurrent chunk's boundary (the prompt's scan).
+from the config each scenario builds its model with against that scenario's longest prompt and sequence: a sliding
+window shorter than the sequence, a sparse-attention indexer that selects (its top-k below the sequence), more than
+one expert per token, a chunked attention's boundary, a recurrent chunk's boundary (the prompt's scan), lightning
+attention's block (minimax). ``past_window`` builds models with chunks cut to its window (``models.variants``).
 
     pip install coverage   # a bench dependency only
     python bench/code_reach.py --json bench/results/code-reach.json [--models llama,gemma] [--tokens 4]
@@ -50,20 +51,41 @@ PATHS = (
                     lambda value, prompt, length: length > value),
     # the scans run in chunks over the prompt only; each decode step is one token
     DistinctivePath("recurrent scan crosses a chunk", "chunk_size", lambda value, prompt, length: value < prompt),
+    DistinctivePath("recurrent scan crosses a chunk", "mamba_chunk_size", lambda value, prompt, length: value < prompt),
+    DistinctivePath("lightning attention crosses a block", "block_size",
+                    lambda value, prompt, length: value < prompt),
 )
 
 
 def paths_of(config: Any, prompt: int, length: int) -> list[dict[str, Any]]:
-    """The distinctive paths the config has, each with its value and whether the longest prompt and sequence the
-    scenarios generate reach it."""
+    """The distinctive paths the config has, each with its value and whether a scenario's longest prompt and
+    sequence reach it."""
     text = config.get_text_config()
     found = []
     for path in PATHS:
+        if path.attribute == "block_size" and getattr(config, "model_type", "") != "minimax":
+            continue  # big_bird's block_size is its sparse attention's, which a causal LM runs in full
         value = getattr(text, path.attribute, None)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:  # 0: none (qwen2_moe's window)
             found.append({"path": path.name, "attribute": path.attribute, "value": value,
                           "reached": bool(path.reached(value, prompt, length))})
     return found
+
+
+def scenario_paths(configs: dict[str, Any], scenarios: list[str], tokens: int) -> list[dict[str, Any]]:
+    """The distinctive paths over the scenarios, each reached when any scenario reaches it, with the config the
+    scenario builds its model with (``configs`` by config variant: past_window's chunks are cut to its window)."""
+    from pytest_fullgraph.check.scenarios import SCENARIOS
+
+    merged: dict[str, dict[str, Any]] = {}
+    for name in scenarios:
+        variant, prompt = SCENARIOS[name].model_variant, max(SCENARIOS[name].prompt_lengths)
+        for found in paths_of(configs[variant], prompt, prompt + tokens):
+            row = merged.setdefault(found["attribute"], {**found, "reached": False})
+            if found["value"] != row["value"]:
+                row["variant_value"] = {"scenario": name, "value": found["value"]}
+            row["reached"] = row["reached"] or found["reached"]
+    return list(merged.values())
 
 
 def forward_path_lines(model: Any, statements: set[int], run: set[int], file: str) -> set[int]:
@@ -95,11 +117,13 @@ def measure(model_type: str, tokens: int, scenarios: list[str]) -> dict[str, Any
 
     from pytest_fullgraph import build_tiny
     from pytest_fullgraph.check.inputs import generation_config, make_inputs, model_generation_defaults, scenario_values
-    from pytest_fullgraph.check.scenarios import SCENARIOS, longest_prompt
+    from pytest_fullgraph.check.scenarios import SCENARIOS
     from pytest_fullgraph.core.generation import generate, static_cache_config
 
-    try:
+    try:  # the scenarios' config variants (past_window's short chunks) are built beside the default config
         model = build_tiny(model_type)
+        models = {variant: build_tiny(model_type, variant=variant) if variant else model
+                  for variant in {SCENARIOS[name].model_variant for name in scenarios}}
     except Exception as error:  # recorded per model; the other models are still measured
         return {"model": model_type, "error": f"build: {type(error).__name__}: {str(error)[:120]}"}
     file = inspect.getsourcefile(type(model)) or ""
@@ -111,11 +135,12 @@ def measure(model_type: str, tokens: int, scenarios: list[str]) -> dict[str, Any
             for static in (False, True):
                 try:
                     scenario = SCENARIOS[name]
-                    inputs = make_inputs(model, scenario)
-                    eos, settings = scenario_values(model, inputs, scenario, tokens)
+                    built = models[scenario.model_variant]
+                    inputs = make_inputs(built, scenario)
+                    eos, settings = scenario_values(built, inputs, scenario, tokens)
                     config = generation_config(scenario, tokens, eos, settings)
-                    with torch.no_grad(), model_generation_defaults(model, eos):
-                        generate(model, inputs, static_cache_config(config) if static else config, scenario.seed)
+                    with torch.no_grad(), model_generation_defaults(built, eos):
+                        generate(built, inputs, static_cache_config(config) if static else config, scenario.seed)
                 except Exception as error:  # a scenario that fails runs fewer lines; the row says which
                     failures.append(f"{name}{'/static' if static else ''}: {type(error).__name__}")
     finally:
@@ -125,7 +150,7 @@ def measure(model_type: str, tokens: int, scenarios: list[str]) -> dict[str, Any
     path = forward_path_lines(model, set(statements), run, file)
     return {"model": model_type, "file": file.split("site-packages/")[-1], "statements": len(statements),
             "forward_path": len(path), "run": len(run & path), "missed": sorted(path - run), "failures": failures,
-            "paths": paths_of(model.config, longest_prompt(scenarios), longest_prompt(scenarios) + tokens)}
+            "paths": scenario_paths({variant: built.config for variant, built in models.items()}, scenarios, tokens)}
 
 
 def table(raw_output: dict[str, Any]) -> list[str]:
@@ -137,10 +162,16 @@ def table(raw_output: dict[str, Any]) -> list[str]:
             continue
         share = f"{row['run']} / {row['forward_path']} ({100 * row['run'] / max(row['forward_path'], 1):.0f}%)"
         paths = ", ".join(f"{'✅' if path['reached'] else '❌'} {path['path']} ({path['attribute']}="
-                          f"{path['value']})" for path in row["paths"])
+                          f"{path['value']}{_variant(path)})" for path in row["paths"])
         failed = f"; failed: {', '.join(row['failures'])}" if row["failures"] else ""
         lines.append(f"| {row['model']} | {share}{failed} | {paths} |")
     return lines
+
+
+def _variant(path: dict[str, Any]) -> str:
+    """The value a scenario's config variant gives the path's attribute, where it differs."""
+    variant = path.get("variant_value")
+    return f"; {variant['value']} in {variant['scenario']}" if variant else ""
 
 
 def main() -> None:

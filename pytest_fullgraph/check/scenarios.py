@@ -14,6 +14,7 @@ from pytest_fullgraph.core.suggest import LIST_SCENARIOS, select_names
 from pytest_fullgraph.loop.modes import table as mode_table
 from pytest_fullgraph.models.shrink import SLIDING_WINDOW
 from pytest_fullgraph.models.tiny import FIRST_PROMPT_ID
+from pytest_fullgraph.models.variants import SHORT_CHUNKS, VARIANTS
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,9 @@ class Scenario:
     #: in the default selection (``basic``)
     basic: bool = False
     inert: str = ""
+    #: the variant of the tiny config its models are built with (``models.variants``), to reach a path the default
+    #: config never runs; "" for the default config
+    model_variant: str = ""
 
     @property
     def kind(self) -> str:
@@ -209,8 +213,10 @@ SCENARIOS: dict[str, Scenario] = {
         # sequence length
         Scenario("past_window", f"greedy, a left-padded batch of prompts of lengths {PAST_WINDOW_PROMPT} and "
                  f"{PAST_WINDOW_PROMPT - 6}: past a tiny config's sliding window ({SLIDING_WINDOW} tokens) in the "
-                 "prompt of row 0 and while decoding row 1, where the basic scenarios' 12 tokens stay inside it",
-                 prompt_lengths=(PAST_WINDOW_PROMPT, PAST_WINDOW_PROMPT - 6), feature="past_window"),
+                 "prompt of row 0 and while decoding row 1, where the basic scenarios' 12 tokens stay inside it; "
+                 f"models with chunks are built with {VARIANTS[SHORT_CHUNKS]}",
+                 prompt_lengths=(PAST_WINDOW_PROMPT, PAST_WINDOW_PROMPT - 6), feature="past_window",
+                 model_variant=SHORT_CHUNKS),
         # prefill
         Scenario("prefill_chunk", "greedy, a left-padded batch of prompts of lengths 8 and 5 prefilled in chunks "
                  "of 3 tokens (prefill_chunk_size=3: chunks of 3, 3 and 2, each a forward on the cache)",

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_fullgraph.models.shrink import DROP, GENERIC_SHRINK, SHRINK_RULES, SLIDING_WINDOW
 from pytest_fullgraph.models.tags import config_value, default_config, holds
 from pytest_fullgraph.models.tiny import RECORDS
+from pytest_fullgraph.models.variants import variant_overrides
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
@@ -136,11 +137,15 @@ def _merged(kwargs: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, A
     return {key: value for key, value in merged.items() if value is not DROP}
 
 
-def tiny_config(model_type: str) -> PretrainedConfig:
-    """The tiny config of a transformers model type, for building your own model class on it."""
+def tiny_config(model_type: str, variant: str = "") -> PretrainedConfig:
+    """The tiny config of a transformers model type, for building your own model class on it; ``variant``: a
+    scenario's variant of it (``variants.VARIANTS``)."""
     from transformers import CONFIG_MAPPING
 
-    return CONFIG_MAPPING[model_type](**tiny_config_kwargs(model_type))
+    config = CONFIG_MAPPING[model_type](**tiny_config_kwargs(model_type))
+    if variant and (overrides := variant_overrides(variant, config)):
+        config = CONFIG_MAPPING[model_type](**_merged(tiny_config_kwargs(model_type), overrides))
+    return config
 
 
 def _model_class(model_type: str, model_class: Callable[[PretrainedConfig], PreTrainedModel] | None) -> Any:
@@ -165,10 +170,12 @@ def count_parameters(model_type: str,
 
 
 def build_tiny(model_type: str, seed: int = DEFAULT_SEED,
-               model_class: Callable[[PretrainedConfig], PreTrainedModel] | None = None) -> PreTrainedModel:
+               model_class: Callable[[PretrainedConfig], PreTrainedModel] | None = None,
+               variant: str = "") -> PreTrainedModel:
     """Build a tiny causal LM with seeded random weights (no hub access), in eval mode.
 
-    ``model_class`` (default: the type's ``AutoModelForCausalLM`` class) lets a conftest build a subclass.
+    ``model_class`` (default: the type's ``AutoModelForCausalLM`` class) lets a conftest build a subclass;
+    ``variant`` builds a scenario's variant of the tiny config (``variants.VARIANTS``).
     Raises ``TooLargeToBuild`` (before allocating) when the build would exceed ``MAX_TINY_PARAMETERS``.
     """
     import torch
@@ -178,7 +185,7 @@ def build_tiny(model_type: str, seed: int = DEFAULT_SEED,
         raise TooLargeToBuild(f"the tiny {model_type} would have {parameters:,} parameters, over the "
                               f"{MAX_TINY_PARAMETERS:,} a tiny build may have: the shrink does not reach part of "
                               "its config; give the type a record in pytest_fullgraph/models/tiny.py")
-    config = tiny_config(model_type)
+    config = tiny_config(model_type, variant)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = _model_class(model_type, model_class)(config)

@@ -5,6 +5,7 @@ merged into each session's registry until collection closes registrations.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +13,7 @@ from pytest_fullgraph.models import build as _build
 from pytest_fullgraph.models.build import build_tiny, tiny_config
 from pytest_fullgraph.models.registry import REGISTRATION_HINT, ModelSpec, Registry
 from pytest_fullgraph.models.tiny import RECORDS
+from pytest_fullgraph.models.variants import variant_overrides
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -26,10 +28,16 @@ def tiny_spec(model_type: str) -> ModelSpec:
     def config() -> Any:
         return tiny_config(model_type)
 
+    def variant_build(variant: str) -> Callable[[], PreTrainedModel] | None:
+        if not variant_overrides(variant, tiny_config(model_type)):
+            return None
+        return functools.partial(build_tiny, model_type, variant=variant)
+
     record = RECORDS.get(model_type)
     if record is None:
-        return ModelSpec(model_type, build, model_type=model_type, config=config)
-    return ModelSpec(model_type, build, record.family_name, record.tags, record.known_reason, model_type, config)
+        return ModelSpec(model_type, build, model_type=model_type, config=config, variant_build=variant_build)
+    return ModelSpec(model_type, build, record.family_name, record.tags, record.known_reason, model_type, config,
+                     variant_build)
 
 
 def builtin_registry() -> Registry:

@@ -42,6 +42,14 @@ class ModelSpec:
     #: the model's config without building it (the tiny config of a built-in type, a checkpoint's own), so that
     #: start-up can check limits such as its positions; None where only the build knows it (``register_model``)
     config: Callable[[], Any] | None = None
+    #: the build of a scenario's config variant (``variants.VARIANTS``), None where the variant changes nothing in
+    #: the model's config; None itself for models built only as given (registered, pretrained)
+    variant_build: Callable[[str], Callable[[], PreTrainedModel] | None] | None = None
+
+    def builder(self, variant: str = "") -> Callable[[], PreTrainedModel]:
+        """The build of ``variant`` of the model, or its own build where the variant changes nothing in it."""
+        built = self.variant_build(variant) if variant and self.variant_build else None
+        return built or self.build
 
     def __post_init__(self) -> None:
         if (not self.name or self.name in KEYWORDS or self.name != self.name.strip()

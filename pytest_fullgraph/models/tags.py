@@ -21,6 +21,11 @@ _LAYER_LISTS = ("layer_types", "layers_block_type", "block_types", "layers_block
 _EXPERT_COUNTS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 _STATE_SIZES = ("state_size", "ssm_state_size", "mamba_d_state", "d_state")
 _TOWER_WORDS = ("vision", "audio", "speech", "image", "video", "depth")
+#: Fields that cut a sequence into chunks computed apart (chunked attention, a state-space model's chunked scan), in
+#: every config that has them, and those that do so in one model type only (``block_size`` is big_bird's sparse
+#: attention's block elsewhere).
+CHUNK_FIELDS = ("attention_chunk_size", "chunk_size", "mamba_chunk_size")
+CHUNK_FIELDS_OF_TYPE: dict[str, tuple[str, ...]] = {"minimax": ("block_size",)}
 
 
 def _layer_kinds(config: Any) -> set[str]:
@@ -41,7 +46,17 @@ def _positive(config: Any, names: tuple[str, ...]) -> int:
 
 
 def _has_window(config: Any) -> bool:
-    return _positive(config, ("sliding_window",)) > 0 or "sliding_attention" in _layer_kinds(config)
+    """A sliding window (gpt_neo's local layers call it ``window_size``)."""
+    return _positive(config, ("sliding_window", "window_size")) > 0 or "sliding_attention" in _layer_kinds(config)
+
+
+def chunk_fields(config: Any) -> tuple[str, ...]:
+    """The fields of this config's type that cut a sequence into chunks."""
+    return CHUNK_FIELDS + CHUNK_FIELDS_OF_TYPE.get(str(getattr(config, "model_type", "")), ())
+
+
+def _has_chunks(config: Any) -> bool:
+    return _positive(config, chunk_fields(config)) > 0
 
 
 def _is_recurrent_only(config: Any) -> bool:
@@ -66,6 +81,7 @@ TAG_RULES: tuple[tuple[str, str, Callable[[Any], bool]], ...] = (
     ("mla", "multi-head latent attention (low-rank keys and values)",
      lambda config: _positive(config, ("kv_lora_rank",)) > 0),
     ("sliding", "sliding-window attention layers", _has_window),
+    ("chunked", "attention or a state-space scan computed in chunks", _has_chunks),
     ("ssm", "recurrent / state-space layers only, no attention", _is_recurrent_only),
     ("hybrid", "attention layers mixed with recurrent, linear-attention or state-space layers", _is_hybrid),
     ("multimodal", "vision, audio or other towers beside the language model", _has_towers),

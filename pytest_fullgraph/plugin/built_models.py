@@ -52,28 +52,31 @@ class ModelCache:
     device: str = "cpu"
     #: the ``attn_implementation`` every model is set to; None: each model's own
     attn_implementation: str | None = None
-    _entries: dict[tuple[str, str], ModelEntry] = field(default_factory=dict)
+    _entries: dict[tuple[str, str, str], ModelEntry] = field(default_factory=dict)
 
-    def get(self, name: str, dtype: str = DEFAULT_DTYPE) -> ModelEntry:
-        """The model ``name`` in ``dtype``; the float32 model stays as built, other dtypes are converted copies."""
-        key = (name, dtype)
+    def get(self, name: str, dtype: str = DEFAULT_DTYPE, variant: str = "") -> ModelEntry:
+        """The model ``name`` in ``dtype``, built with a scenario's config ``variant`` where it changes the model's
+        config; the float32 model stays as built, other dtypes are converted copies."""
+        key = (name, dtype, variant)
         if key not in self._entries:
-            self._entries[key] = self._make(name, dtype)
+            self._entries[key] = self._make(name, dtype, variant)
         return self._entries[key]
 
-    def _make(self, name: str, dtype: str) -> ModelEntry:
+    def _make(self, name: str, dtype: str, variant: str) -> ModelEntry:
         try:
-            return Built(self._build(name) if dtype == DEFAULT_DTYPE else self._convert(name, dtype))
+            if variant and self.registry[name].builder(variant) is self.registry[name].build:
+                return self.get(name, dtype)  # the variant changes nothing here: one build serves both
+            return Built(self._build(name, variant) if dtype == DEFAULT_DTYPE else self._convert(name, dtype, variant))
         except _Unavailable as unavailable:
             return Unavailable(str(unavailable))
         except Exception as error:  # a broken model must not take the others down
             return BuildFailed(error)
 
-    def _build(self, name: str) -> PreTrainedModel:
+    def _build(self, name: str, variant: str) -> PreTrainedModel:
         spec = self.registry[name]
         if spec.known_reason:
             raise _Unavailable(spec.known_reason)
-        model: Any = spec.build()  # transformers types `to` as taking a dtype only
+        model: Any = spec.builder(variant)()  # transformers types `to` as taking a dtype only
         if self.attn_implementation is not None:
             _set_attention(model, self.attn_implementation)
         if self.device != "cpu":  # built on the CPU, seeded; the checks run where asked
@@ -81,8 +84,8 @@ class ModelCache:
         _settle(model)
         return model
 
-    def _convert(self, name: str, dtype: str) -> PreTrainedModel:
-        entry = self.get(name, DEFAULT_DTYPE)
+    def _convert(self, name: str, dtype: str, variant: str) -> PreTrainedModel:
+        entry = self.get(name, DEFAULT_DTYPE, variant)
         if isinstance(entry, Unavailable):
             raise _Unavailable(entry.reason)
         if isinstance(entry, BuildFailed):
@@ -95,7 +98,7 @@ class ModelCache:
         """Class, parameter count, ``_can_compile_fullgraph`` and the class's file when transformers does not export
         it (``project_file``) of a model; from its transformers type's class when it was not built (a known
         limitation, a failed build)."""
-        entry = self._entries.get((name, DEFAULT_DTYPE))
+        entry = self._entries.get((name, DEFAULT_DTYPE, ""))
         if isinstance(entry, Built):
             flag = getattr(entry.model, "_can_compile_fullgraph", None)
             return (type(entry.model).__name__, sum(parameter.numel() for parameter in entry.model.parameters()),

@@ -135,20 +135,21 @@ class FullgraphSession:
 
             self.repro_line = reproduce_run(self.finish_report(), self.settings.repro_dir, terminal)
 
-    def model(self, name: str, dtype: str = DEFAULT_DTYPE) -> ModelEntry:
-        """What became of model ``name`` in ``dtype`` (built, failed, unavailable); a name or dtype this run does
-        not know is a usage error."""
+    def model(self, name: str, dtype: str = DEFAULT_DTYPE, variant: str = "") -> ModelEntry:
+        """What became of model ``name`` in ``dtype`` (built, failed, unavailable), with a scenario's config
+        ``variant``; a name or dtype this run does not know is a usage error."""
         if name not in self.registry:
             raise pytest.UsageError(self.registry.unknown(name))
         if dtype not in DTYPES:
             raise pytest.UsageError(f"unknown dtype {dtype!r}; valid: {', '.join(DTYPES)}")
-        return self.models.get(name, dtype)
+        return self.models.get(name, dtype, variant)
 
     def run(self, model_name: str, scenario: str, level: str, dtype: str = DEFAULT_DTYPE) -> CheckResult:
         for value, allowed, what in ((scenario, list(SCENARIOS), "scenario"), (level, list(self.levels), "level")):
             if value not in allowed:
                 raise pytest.UsageError(f"unknown {what} {value!r}; valid: {', '.join(allowed)}")
-        entry = self.model(model_name, dtype)  # built before the clock starts: a build serves all its checks
+        # built before the clock starts: a build serves all its checks (a scenario's variant, all of that scenario's)
+        entry = self.model(model_name, dtype, SCENARIOS[scenario].model_variant)
         started = time.perf_counter()
         backend, tokens = self.settings.backend, self.max_new_tokens(level)
         level_object = self.levels[level]

@@ -69,7 +69,7 @@ def build_case(result: CheckResult, registry: Registry) -> Case | str:
     if result.device and not result.device.startswith("cpu"):
         return f"the check ran on {result.device}; scripts are written for the CPU"
     try:
-        model: Any = registry[result.model].build()
+        model: Any = registry[result.model].builder(SCENARIOS[result.scenario].model_variant)()
     except Exception as error:
         return f"the model does not build here ({type(error).__name__}: {first_line(error)})"
     if result.dtype != "float32":
@@ -107,7 +107,7 @@ def same_weights(case: Case, result: CheckResult, registry: Registry) -> bool:
     token mismatch depends on them; a break or an error does not."""
     import torch
 
-    built: Any = registry[result.model].build()
+    built: Any = registry[result.model].builder(SCENARIOS[result.scenario].model_variant)()
     torch.manual_seed(DEFAULT_SEED)
     rebuilt = case.model_class(case.config_class(**shortest_config(case.config_class, case.config)))
     ours, theirs = built.state_dict(), rebuilt.state_dict()

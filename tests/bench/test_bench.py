@@ -7,6 +7,7 @@ import itertools
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 import torch
@@ -202,3 +203,23 @@ def test_code_reach_decides_each_distinctive_path_from_the_config_and_the_sequen
     assert not code_reach.paths_of(config, 8, 16)[0]["reached"]  # a window of 16 holds 16 tokens
     row = {"model": "m", "run": 3, "forward_path": 4, "failures": [], "paths": code_reach.paths_of(config, 8, 12)[:1]}
     assert code_reach.table({"rows": [row]})[-1] == "| m | 3 / 4 (75%) | ❌ sliding window slides (sliding_window=16) |"
+
+
+def test_code_reach_reads_each_scenario_with_the_config_it_builds_its_model_with() -> None:
+    """A scan in chunks of 256 is crossed by no scenario on the plain config; past_window builds the model with
+    chunks of 16 (its config variant), whose 20-token prompt crosses one: reached, with both values in the row."""
+    from types import SimpleNamespace
+
+    code_reach = bench_module("code_reach")
+
+    def config(chunk: int) -> Any:
+        text = SimpleNamespace(chunk_size=chunk)
+        return SimpleNamespace(get_text_config=lambda: text, model_type="mamba2")
+
+    configs = {"": config(256), "short_chunks": config(16)}
+    assert not code_reach.scenario_paths(configs, ["greedy", "padded"], 4)[0]["reached"]
+    [path] = code_reach.scenario_paths(configs, ["greedy", "past_window"], 4)
+    assert path["reached"] and path["value"] == 256
+    row = {"model": "m", "run": 3, "forward_path": 4, "failures": [], "paths": [path]}
+    assert code_reach.table({"rows": [row]})[-1] == ("| m | 3 / 4 (75%) | ✅ recurrent scan crosses a chunk "
+                                                     "(chunk_size=256; 16 in past_window) |")

@@ -132,6 +132,9 @@ def test_the_builtin_registry_holds_every_installed_causal_lm_type() -> None:
     assert 25 <= len(registry.select("popular")) <= 35
     assert {"qwen3_moe", "mixtral"} <= set(registry.select("tag:moe"))
     assert "gemma2" in registry.select("tag:sliding") and "mamba" in registry.select("tag:ssm")
+    assert "gpt_neo" in registry.select("tag:sliding")  # its local layers' window_size
+    assert {"mamba2", "llama4_text", "minimax"} <= set(registry.select("tag:chunked")) and "big_bird" not in \
+        registry.select("tag:chunked")  # big_bird's block_size is sparse attention's
     assert "llama" not in registry.select("tag:moe")
 
 
