@@ -45,6 +45,8 @@ class DistinctivePath:
 
 PATHS = (
     DistinctivePath("sliding window slides", "sliding_window", lambda value, prompt, length: length > value),
+    # gpt_neo's local layers
+    DistinctivePath("sliding window slides", "window_size", lambda value, prompt, length: length > value),
     DistinctivePath("sparse indexer selects", "index_topk", lambda value, prompt, length: length > value),
     DistinctivePath("several experts per token", "num_experts_per_tok", lambda value, prompt, length: value > 1),
     DistinctivePath("chunked attention crosses a chunk", "attention_chunk_size",
@@ -165,6 +167,27 @@ def table(raw_output: dict[str, Any]) -> list[str]:
                           f"{path['value']}{_variant(path)})" for path in row["paths"])
         failed = f"; failed: {', '.join(row['failures'])}" if row["failures"] else ""
         lines.append(f"| {row['model']} | {share}{failed} | {paths} |")
+    return lines
+
+
+def summary(raw_output: dict[str, Any]) -> list[str]:
+    """The page's figures above the table, one line each: the lines run over every model that was measured, and per
+    distinctive path the models that have it, how many of them reach it, and those that do not."""
+    rows = [row for row in raw_output["rows"] if "error" not in row]
+    run, path = sum(row["run"] for row in rows), sum(row["forward_path"] for row in rows)
+    shares = sorted(rows, key=lambda row: row["run"] / max(row["forward_path"], 1))
+    median = shares[len(shares) // 2]
+    lines = [f"Over the {len(rows)} models that build: {run:,} of {path:,} forward-path lines run "
+             f"({100 * run / max(path, 1):.0f}%; the median model, {median['model']}, "
+             f"{100 * median['run'] / max(median['forward_path'], 1):.0f}%)."]
+    by_path: dict[str, list[tuple[str, bool]]] = {}
+    for row in rows:
+        for found in row["paths"]:
+            by_path.setdefault(found["path"], []).append((row["model"], found["reached"]))
+    for name, models in by_path.items():
+        missed = sorted(model for model, reached in models if not reached)
+        lines.append(f"- {name}: {len(models) - len(missed)} of {len(models)} models"
+                     + (f"; not {', '.join(missed)}" if missed else ""))
     return lines
 
 

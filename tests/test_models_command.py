@@ -20,10 +20,10 @@ def run_here(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, 
     return status, captured.out, captured.err
 
 
-def test_json_rows_say_class_size_flag_tags_and_status() -> None:
-    completed = cli("models", "llama,mamba,musicgen", "--json")
-    assert completed.returncode == 0, completed.stderr
-    rows = {row["name"]: row for row in json.loads(completed.stdout)}
+def test_json_rows_say_class_size_flag_tags_and_status(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run_here(capsys, "llama,mamba,musicgen", "--json")
+    assert status == 0, err
+    rows = {row["name"]: row for row in json.loads(out)}
     assert rows["llama"]["status"] == "ok" and rows["llama"]["class"] == "LlamaForCausalLM"
     assert 0 < rows["llama"]["parameters"] < 2_000_000 and rows["llama"]["can_compile_fullgraph"] is True
     assert rows["mamba"]["tags"] == ["popular", "ssm"]

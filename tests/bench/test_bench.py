@@ -223,3 +223,19 @@ def test_code_reach_reads_each_scenario_with_the_config_it_builds_its_model_with
     row = {"model": "m", "run": 3, "forward_path": 4, "failures": [], "paths": [path]}
     assert code_reach.table({"rows": [row]})[-1] == ("| m | 3 / 4 (75%) | ✅ recurrent scan crosses a chunk "
                                                      "(chunk_size=256; 16 in past_window) |")
+
+
+def test_code_reach_summary_counts_each_path_over_the_models_that_have_it() -> None:
+    """The figures above the table: lines over the models that built (a model that failed to build is not one), and
+    per path the models that reach it, naming those that do not."""
+    code_reach = bench_module("code_reach")
+
+    def row(model: str, run: int, reached: bool) -> dict[str, Any]:
+        return {"model": model, "run": run, "forward_path": 10, "failures": [],
+                "paths": [{"path": "sliding window slides", "attribute": "sliding_window", "value": 16,
+                           "reached": reached}]}
+
+    rows = [row("a", 5, True), row("b", 7, False), row("c", 9, True), {"model": "d", "error": "build: E"}]
+    assert code_reach.summary({"rows": rows}) == [
+        "Over the 3 models that build: 21 of 30 forward-path lines run (70%; the median model, b, 70%).",
+        "- sliding window slides: 2 of 3 models; not b"]

@@ -162,3 +162,12 @@ def test_the_cache_reproducers_paragraph_is_its_committed_index() -> None:
             f"s each, {min(lines)} to {max(lines)} lines") in text
     assert (f"{templates.count('cache_divergence')} `cache_divergence` scripts" in text
             and f"{templates.count('static_error')} `static_error` ones" in text)
+
+
+def test_the_reach_page_quotes_the_code_reach_figures() -> None:
+    """bench/results/reference.md's figures above its table (lines run, each distinctive path's models) are
+    code_reach's summary of the committed raw output, line for line."""
+    page = " ".join((RESULTS / "reference.md").read_text().split())
+    summary = bench_module("code_reach").summary(bench_module("raw").load(RESULTS / "code-reach.json"))
+    missing = [line for line in summary if " ".join(line.split()) not in page]
+    assert not missing, "reference.md does not say:\n" + "\n".join(missing)

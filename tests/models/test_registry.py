@@ -92,7 +92,7 @@ def test_a_forward_without_cache_is_a_skip_naming_the_class_its_code_and_the_tes
 def test_plugin_listed_twice_is_registered_once(pytester: pytest.Pytester) -> None:
     pytester.makeconftest("pytest_plugins = ['pytest_fullgraph.plugin']\n")
     pytester.makepyfile("def test_x(fullgraph_settings):\n    pass\n")
-    result = pytester.runpytest_subprocess("-p", "pytest_fullgraph.plugin")
+    result = pytester.runpytest_inprocess("-p", "pytest_fullgraph.plugin")
     result.assert_outcomes(passed=1)
 
 
