@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -39,10 +40,23 @@ def left_padded(batch: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
     return input_ids, attention_mask
 
 
+class Exports:
+    """Programs exported on first use (seconds each), and values given up front: the fast tests use the bounded
+    program only, so a run of them makes only that one."""
+
+    def __init__(self, makers: dict[str, Callable[[], Any]], **values: Any) -> None:
+        self._makers, self._made = makers, dict(values)
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._made:
+            self._made[name] = self._makers[name]()
+        return self._made[name]
+
+
 @pytest.fixture(scope="package")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The tiny llama's greedy generation exported once with dynamic shapes and once for one shape, and
-    generate's tokens for every shape of ``SHAPES``, saved to disk."""
+def exported(tmp_path_factory: pytest.TempPathFactory) -> Exports:
+    """The tiny llama's greedy generation exported with dynamic shapes (``generate``; ``bounded``: its batch bounded
+    too) and for one shape (``static``), and generate's tokens for every shape of ``SHAPES``, saved to disk."""
     from transformers import GenerationConfig
 
     from pytest_fullgraph.loop.decode import export_generate
@@ -58,10 +72,11 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     inputs = directory / "cases.pt"
     torch.save(cases, inputs)
     example = (cases[0]["input_ids"], cases[0]["attention_mask"])
-    return {"generate": export_generate(model, *example, config, dynamic=True, max_prompt_length=16),
-            "bounded": export_generate(model, *example, config, dynamic=True, max_prompt_length=16,
-                                       max_batch_size=max(batch for batch, _ in SHAPES)),
-            "static": export_generate(model, *example, config), "inputs": inputs, "directory": directory}
+    return Exports({"generate": lambda: export_generate(model, *example, config, dynamic=True, max_prompt_length=16),
+                    "bounded": lambda: export_generate(model, *example, config, dynamic=True, max_prompt_length=16,
+                                                       max_batch_size=max(batch for batch, _ in SHAPES)),
+                    "static": lambda: export_generate(model, *example, config)},
+                   inputs=inputs, directory=directory)
 
 
 #: The while form's bound, past the tiny gemma2's sliding window (16), and the lengths one program serves.

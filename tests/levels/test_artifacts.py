@@ -18,6 +18,7 @@ from tests.levels.conftest import (
     SHAPES,
     WHILE_BOUND,
     WHILE_LENGTHS,
+    Exports,
     left_padded,
     load_in_a_fresh_process,
 )
@@ -60,7 +61,7 @@ def runtime_params(loop: str) -> list[Any]:
 
 
 @pytest.mark.parametrize("runtime", runtime_params("unrolled"))
-def test_a_saved_generation_gives_generates_tokens_in_a_fresh_process(exported: dict[str, Any], runtime: str) -> None:
+def test_a_saved_generation_gives_generates_tokens_in_a_fresh_process(exported: Exports, runtime: str) -> None:
     """One dynamic program (its batch bounded, as ExecuTorch needs), saved, loaded in a new process, three shapes:
     exactly generate's tokens each."""
     artifact = save_generate(exported["bounded"], exported["directory"] / "llama", runtime=runtime, model="llama")
@@ -92,7 +93,7 @@ def test_a_saved_while_program_serves_every_shape_and_length_in_a_fresh_process(
 
 @pytest.mark.breadth
 def test_a_while_program_takes_lengths_up_to_its_bound_and_an_unrolled_one_only_its_own(
-        exported_while: dict[str, Any], exported: dict[str, Any]) -> None:
+        exported_while: dict[str, Any], exported: Exports) -> None:
     artifact = save_generate(exported_while["generate"], exported_while["directory"] / "bound")
     metadata = json.loads(metadata_path(artifact).read_text())
     assert (metadata["loop"], metadata["max_new_tokens"]) == ("while", WHILE_BOUND)
@@ -109,12 +110,12 @@ def test_a_while_program_takes_lengths_up_to_its_bound_and_an_unrolled_one_only_
         unrolled(ids, mask, max_new_tokens=3)
 
 
-def test_the_metadata_says_what_is_baked_in_and_what_it_takes(exported: dict[str, Any]) -> None:
-    artifact = save_generate(exported["generate"], exported["directory"] / "meta", model="llama")
+def test_the_metadata_says_what_is_baked_in_and_what_it_takes(exported: Exports) -> None:
+    artifact = save_generate(exported["bounded"], exported["directory"] / "meta", model="llama")
     metadata = json.loads(metadata_path(artifact).read_text())
     assert (metadata["runtime"], metadata["model"], metadata["loop"], metadata["max_new_tokens"]) == (
         "pt2", "llama", "unrolled", 4)
-    assert metadata["inputs"]["input_ids"] == {"shape": [[2, None], [2, 16]], "dtype": "torch.int64"}
+    assert metadata["inputs"]["input_ids"] == {"shape": [[2, 3], [2, 16]], "dtype": "torch.int64"}
     assert metadata["cache_len"] == 16 + 4
     assert metadata["generation_config"]["do_sample"] is False
     assert metadata["versions"]["torch"] == torch.__version__
@@ -133,7 +134,7 @@ def test_max_batch_size_bounds_a_dynamic_export_only() -> None:
         export_generate(model, ids, mask, config, dynamic=True, max_batch_size=2)
 
 
-def test_a_bounded_program_says_its_bound_and_refuses_a_larger_batch(exported: dict[str, Any]) -> None:
+def test_a_bounded_program_says_its_bound_and_refuses_a_larger_batch(exported: Exports) -> None:
     bounded = load_generate(save_generate(exported["bounded"], exported["directory"] / "bounded"))
     assert bounded.artifact_metadata["inputs"]["input_ids"]["shape"] == [[2, 3], [2, 16]]  # type: ignore[attr-defined]
     with pytest.raises(ArtifactError, match=r"\(4, 8\) torch.int64, but the program takes \(2..3, 2..16\)"):
@@ -141,7 +142,7 @@ def test_a_bounded_program_says_its_bound_and_refuses_a_larger_batch(exported: d
 
 
 @pytest.mark.breadth  # the bounded program's refusal above takes the same path
-def test_other_shapes_are_refused_before_the_program_runs(exported: dict[str, Any]) -> None:
+def test_other_shapes_are_refused_before_the_program_runs(exported: Exports) -> None:
     fixed = load_generate(save_generate(exported["static"], exported["directory"] / "shapes"))
     with pytest.raises(ArtifactError, match=r"input_ids is \(3, 8\) torch.int64, but the program takes \(2, 8\) "
                                             r"torch.int64"):
@@ -162,15 +163,15 @@ def test_dynamic_export_refuses_settings_built_for_one_prompt_length() -> None:
         export_generate(build_tiny("llama"), input_ids, attention_mask, config, dynamic=True)
 
 
-def test_a_corrupted_artifact_is_a_one_line_error(exported: dict[str, Any]) -> None:
-    artifact = save_generate(exported["generate"], exported["directory"] / "broken")
+def test_a_corrupted_artifact_is_a_one_line_error(exported: Exports) -> None:
+    artifact = save_generate(exported["bounded"], exported["directory"] / "broken")
     artifact.write_bytes(artifact.read_bytes()[:200])
     with pytest.raises(ArtifactError, match=r"broken.pt2: cannot load the pt2 artifact \("):
         load_generate(artifact)
 
 
-def test_an_artifact_of_another_torch_release_is_refused(exported: dict[str, Any]) -> None:
-    artifact = save_generate(exported["generate"], exported["directory"] / "old")
+def test_an_artifact_of_another_torch_release_is_refused(exported: Exports) -> None:
+    artifact = save_generate(exported["bounded"], exported["directory"] / "old")
     metadata = json.loads(metadata_path(artifact).read_text())
     metadata["versions"]["torch"] = "1.13.1+cpu"  # a release no environment of the suite has
     metadata_path(artifact).write_text(json.dumps(metadata))
@@ -202,8 +203,8 @@ def test_a_missing_program_is_named_before_its_metadata(tmp_path: Path) -> None:
         load_generate(tmp_path / "llama-greedy-export")
 
 
-def test_only_what_export_generate_returned_can_be_saved(exported: dict[str, Any], tmp_path: Path) -> None:
+def test_only_what_export_generate_returned_can_be_saved(exported: Exports, tmp_path: Path) -> None:
     with pytest.raises(ArtifactError, match="save_generate takes what export_generate returned"):
         save_generate(lambda ids, mask: ids, tmp_path / "x")
     with pytest.raises(ArtifactError, match="runtime 'pte' is not known; use one of pt2, aoti"):
-        save_generate(exported["generate"], tmp_path / "x", runtime="pte")
+        save_generate(exported["bounded"], tmp_path / "x", runtime="pte")

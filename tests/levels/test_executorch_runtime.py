@@ -10,21 +10,27 @@ import re
 import sys
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 
 from pytest_fullgraph import ArtifactError, load_generate, save_generate
 from pytest_fullgraph.levels.artifacts import metadata_path
+from tests.levels.conftest import Exports
 
 
-def test_executorch_refuses_what_it_cannot_run_before_lowering(exported: dict[str, Any], tmp_path: Path) -> None:
+def test_executorch_refuses_what_it_cannot_run_before_lowering(exported: Exports, tmp_path: Path) -> None:
     """An unbounded batch and the while form are refused in one line, and nothing is written. The refusal reads the
     program's metadata only: the while form's is the unrolled program's with its loop form (a while program's own
-    is the breadth tests' in test_artifacts.py, whose export takes about 20 s)."""
-    unbounded = exported["generate"]
-    while_form = SimpleNamespace(artifact_metadata={**unbounded.artifact_metadata, "loop": "while"},
-                                 exported_program=unbounded.exported_program)
+    is the breadth tests' in test_artifacts.py, whose export takes about 20 s), an unbounded batch's the bounded
+    program's without its bound (test_artifacts.py's metadata test shows both forms)."""
+    bounded = exported["bounded"]
+    inputs = {name: {**spec, "shape": [[spec["shape"][0][0], None], spec["shape"][1]]}
+              for name, spec in bounded.artifact_metadata["inputs"].items() if name in ("input_ids", "attention_mask")}
+    unbounded = SimpleNamespace(artifact_metadata={**bounded.artifact_metadata,
+                                                   "inputs": {**bounded.artifact_metadata["inputs"], **inputs}},
+                                exported_program=bounded.exported_program)
+    while_form = SimpleNamespace(artifact_metadata={**bounded.artifact_metadata, "loop": "while"},
+                                 exported_program=bounded.exported_program)
     for program, runtime, message in (
             (unbounded, "executorch", r"runtime 'executorch' plans memory for the largest shape, and input_ids, "
                                       r"attention_mask has no upper bound: export with export_generate\(\.\.\., "
@@ -143,11 +149,11 @@ def test_what_the_bindings_write_to_sys_stderr_is_kept_too(capsys: pytest.Captur
 
 def test_a_runtime_without_its_package_is_named_with_its_extra(toy_project: pytest.Pytester,
                                                                monkeypatch: pytest.MonkeyPatch,
-                                                               exported: dict[str, Any], tmp_path: Path) -> None:
+                                                               exported: Exports, tmp_path: Path) -> None:
     """Before anything runs: at the option (a usage error), at save_generate and at load_generate."""
     from pytest_fullgraph.levels import artifacts
 
-    saved = save_generate(exported["static"], tmp_path / "fixed")
+    saved = save_generate(exported["bounded"], tmp_path / "fixed")
     metadata = json.loads(metadata_path(saved).read_text())
     metadata_path(saved).write_text(json.dumps({**metadata, "runtime": "executorch"}))
     monkeypatch.setattr(artifacts, "find_spec", lambda name: None)
@@ -156,6 +162,6 @@ def test_a_runtime_without_its_package_is_named_with_its_extra(toy_project: pyte
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert f"ERROR: --fullgraph-artifact-runtime=executorch: the executorch runtime {needs}" in result.stderr.str()
     with pytest.raises(ArtifactError, match=re.escape(f"runtime 'executorch' {needs}")):
-        save_generate(exported["static"], tmp_path / "refused", runtime="executorch")
+        save_generate(exported["bounded"], tmp_path / "refused", runtime="executorch")
     with pytest.raises(ArtifactError, match=re.escape(f"fixed.pt2: a executorch artifact {needs}")):
         load_generate(saved)
