@@ -32,8 +32,8 @@ ORIGIN_RULES: tuple[tuple[str, str, str, str], ...] = (
     ("model", r"^transformers/models/", r"", r""),
     ("integration", r"^transformers/", r"", r""),
     ("torch", r"^torch/", r"", r""),
-    # where an exported program runs: ExecuTorch's and ONNX Runtime's Python bindings
-    ("runtime", r"^(executorch|onnxruntime)/", r"", r""),
+    # where an exported program runs: ExecuTorch's, ONNX Runtime's and OpenVINO's Python bindings
+    ("runtime", r"^(executorch|onnxruntime|openvino)/", r"", r""),
 )
 ORIGINS = ("model", "sampling", "eos", "cache", "masking", "generation", "integration", "torch", "runtime", "loop",
            "user")

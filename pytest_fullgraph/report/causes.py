@@ -24,7 +24,7 @@ FAULTS: dict[str, str] = {
     "loop": "pytest_fullgraph's loop",
     "plugin": "pytest_fullgraph's checks (a bug of this plugin, not of what it checks)",
     "torch": "PyTorch",
-    "runtime": "the deployment runtime (ExecuTorch, ONNX Runtime)",
+    "runtime": "the deployment runtime (ExecuTorch, ONNX Runtime, OpenVINO)",
     "user": "your code",
     "unknown": "not told",
 }
@@ -70,7 +70,7 @@ FLAT_LAYOUT_LOOP_FILES = tuple(f"pytest_fullgraph/{name}.py" for name in (
 #: Whose fault an error raised at a path is, first matching prefix wins: in this package, the loop's modules are the
 #: loop's, the rest (the checks' own comparison or explanation crashing) the plugin's.
 _FAULT_OF_PATH = (("transformers/models/", "model"), ("transformers/", "transformers"), ("torch/", "torch"),
-                  ("executorch/", "runtime"), ("onnxruntime/", "runtime"),
+                  ("executorch/", "runtime"), ("onnxruntime/", "runtime"), ("openvino/", "runtime"),
                   *((path, "loop") for path in (*LOOP_PATHS, *FLAT_LAYOUT_LOOP_FILES)), ("pytest_fullgraph/", "plugin"))
 
 

@@ -60,6 +60,7 @@ def test_planted_breaks_are_located_and_classified(function, argument, origin, g
     (Frame("torch/nn/modules/module.py", 1, "_call_impl", "f()"), "torch"),
     (Frame("mypackage/model.py", 1, "forward", "y = x"), "user"),
     (Frame("executorch/runtime/__init__.py", 147, "execute", "return self._method(inputs)"), "runtime"),
+    (Frame("openvino/_ov_api.py", 202, "infer", "return self._infer(inputs)"), "runtime"),
     (Frame("pytest_fullgraph/loop/decode.py", 1, "_next_tokens", "t = torch.multinomial(p, 1)"), "loop"),
     # the draft modes' loops are the loop's too, whatever their statement looks like
     (Frame("pytest_fullgraph/loop/modes/assisted.py", 1, "body", "accepted = (drafts == tokens).cumprod(-1)"), "loop"),

@@ -329,15 +329,22 @@ def feature_rows(markdown: str) -> dict[tuple[tuple[str, ...], str], list[str]]:
 
 
 def test_the_readme_tables_quote_the_findings_page() -> None:
-    """README's modes x levels and exporter tables are copied from FINDINGS.md, which the committed reports give
-    (above): a rerun that changes a count fails here until README says it too."""
+    """README's modes x levels and exporter tables, and what-it-finds' tables of the same levels, are copied from
+    FINDINGS.md, which the committed reports give (above): a rerun that changes a count fails here until they say it
+    too."""
     readme = feature_rows((REPOSITORY / "README.md").read_text().split("## What it finds", 1)[1])
     page = feature_rows((REPOSITORY / PAGE).read_text())
-    assert {levels for levels, _ in readme} >= {("forward", "generate", "decode", "export", "while"),
-                                                ("hf_dynamo", "hf_onnx", "hf_executorch", "hf_et_helper"), ("cache",)}
-    for key, cells in readme.items():
-        assert key in page, f"README's row {key[1]} ({', '.join(key[0])}) is not in {PAGE}"
-        assert cells == page[key], f"README's row {key[1]} ({', '.join(key[0])}) differs from {PAGE}"
+    exporters = ("hf_dynamo", "hf_onnx", "hf_executorch", "hf_et_helper", "hf_openvino")
+    assert {levels for levels, _ in readme} >= {("forward", "generate", "decode", "export", "while"), exporters,
+                                                ("cache",)}
+    findings_levels = {levels for levels, _ in page}
+    what_it_finds = {key: cells for key, cells in feature_rows((REPOSITORY / "docs" / "what-it-finds.md").read_text())
+                     .items() if key[0] in findings_levels}
+    assert {levels for levels, _ in what_it_finds} >= {("cache",), exporters}
+    for where, rows in (("README", readme), ("what-it-finds", what_it_finds)):
+        for key, cells in rows.items():
+            assert key in page, f"{where}'s row {key[1]} ({', '.join(key[0])}) is not in {PAGE}"
+            assert cells == page[key], f"{where}'s row {key[1]} ({', '.join(key[0])}) differs from {PAGE}"
 
 
 def test_the_pages_that_quote_a_report_set_carry_its_provenance_line() -> None:

@@ -134,7 +134,17 @@ def exporter_counts() -> dict[str, int]:
     refused = models(lambda r: r.level in ("hf_dynamo", "hf_executorch") and " at export, " in r.message)
     onnx = {model for model in refused
             if sum(r.level == "hf_onnx" and r.outcome == "pass" for r in by_model[model]) == 2}
-    return {"exact": len(exact), "refused": len(refused), "onnx": len(onnx),
+    openvino = {model for model in refused
+                if sum(r.level == "hf_openvino" and r.outcome == "pass" for r in by_model[model]) == 2}
+
+    def both(level: str) -> int:
+        return sum(sum(r.level == level and r.outcome == "pass" for r in checks) == 2 for checks in by_model.values())
+
+    conversion = models(lambda r: r.level == "hf_openvino" and r.outcome == "mismatch"
+                        and "give generate's tokens in the same loop: the OpenVINO conversion" in r.message)
+    return {"exact": len(exact), "refused": len(refused), "onnx": len(onnx), "openvino_refused": len(openvino),
+            "openvino": both("hf_openvino"), "onnx_all": both("hf_onnx"), "openvino_conversion": len(conversion),
+            "openvino_export": len(models(lambda r: "OpenVINOExporter.export_program failed" in r.message)),
             "step": len(models(lambda r: bool(re.search(r"cumulative_length_int 8 at export, 9 now", r.message)))),
             "segfault": len(models(lambda r: r.level == "hf_executorch" and "Segmentation fault" in r.message)),
             "resize": len(models(lambda r: "Attempted to resize a static tensor" in r.message)),
@@ -148,8 +158,13 @@ def test_readmes_exporter_paragraph_is_the_export_path_reports() -> None:
     for sentence in ("All three exporters give `generate`'s tokens on {exact} models.",
                      "The dynamo and ExecuTorch runners refuse the cache of {refused}:",
                      "as it was at export (\"StaticSlidingWindowLayer.cumulative_length_int 8 at export, 9 now\", "
-                     "{step} models); ONNX runs {onnx} of them exactly.",
+                     "{step} models); ONNX runs {onnx} of them exactly,",
                      "segfaults in `execute` on {segfault} models' programs and on {resize} finds an XNNPACK output",
-                     "{polar} lack complex-number kernels (`aten::polar.out`).",
+                     "{polar} lack complex-number kernels, `aten::polar.out`)",
+                     "OpenVINO {openvino_refused}. OpenVINO gives",
+                     "OpenVINO gives `generate`'s tokens, greedy and padded, on {openvino} models (ONNX on "
+                     "{onnx_all});",
+                     "it differs where the same torch.export programs do not on {openvino_conversion} (the "
+                     "conversion or its runtime) and transformers' OpenVINO export fails on {openvino_export}.",
                      "feeds the first new token one position late ({helper} models;"):
         assert sentence.format(**{key: words.get(value, value) for key, value in counts.items()}) in text

@@ -145,6 +145,8 @@ CRASHED = "suites/test_conformance.py::test_generation_compiles_exactly[opt-gree
     (a_check("opt", "error", "timeout after 60 s, during compiled generation"), "unknown"),
     (a_check("opt", "error", "compiled generation failed at executorch/runtime/__init__.py:147: RuntimeError: "
                              "method->execute() failed with error 0x10"), "runtime"),
+    (a_check("opt", "error", "compiled generation failed at openvino/_ov_api.py:202: RuntimeError: Exception from "
+                             "src/inference/src/cpp/infer_request.cpp:224"), "runtime"),  # hf_openvino's runtime
     (a_check("opt", "error", "eager generation by the exportable module (one position a step) failed at "
                              "transformers/cache_utils.py:487: RuntimeError: r; model.generate with a static cache "
                              "works, so transformers' exportable module (integrations/executorch.py) is at fault"),
