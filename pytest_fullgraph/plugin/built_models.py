@@ -64,8 +64,9 @@ class ModelCache:
 
     def _make(self, name: str, dtype: str, variant: str) -> ModelEntry:
         try:
-            if variant and self.registry[name].builder(variant) is self.registry[name].build:
-                return self.get(name, dtype)  # the variant changes nothing here: one build serves both
+            spec = self.registry[name]
+            if variant and (spec.known_reason or spec.builder(variant) is spec.build):
+                return self.get(name, dtype)  # never built, or the variant changes nothing: one entry serves both
             return Built(self._build(name, variant) if dtype == DEFAULT_DTYPE else self._convert(name, dtype, variant))
         except _Unavailable as unavailable:
             return Unavailable(str(unavailable))

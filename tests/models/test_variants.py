@@ -13,7 +13,7 @@ from pytest_fullgraph.models.build import tiny_config
 from pytest_fullgraph.models.registry import ModelSpec
 from pytest_fullgraph.models.shrink import SLIDING_WINDOW
 from pytest_fullgraph.models.variants import SHORT_CHUNKS, describe, variant_overrides
-from pytest_fullgraph.plugin.built_models import Built, ModelCache
+from pytest_fullgraph.plugin.built_models import Built, ModelCache, Unavailable
 
 
 @pytest.mark.parametrize(("model_type", "cut"), [
@@ -47,6 +47,8 @@ def test_the_cache_builds_a_variant_only_where_it_changes_the_config() -> None:
     assert isinstance(plain, Built) and isinstance(short, Built)
     assert (plain.model.config.chunk_size, short.model.config.chunk_size) == (256, SLIDING_WINDOW)
     assert cache.get("llama", variant=SHORT_CHUNKS) is cache.get("llama")
+    # a model with a known reason is never built, its variant neither: the same skip, not a failed build
+    assert isinstance(cache.get("gemma4_assistant", variant=SHORT_CHUNKS), Unavailable)
 
 
 def test_a_registered_model_is_built_as_given_for_every_variant() -> None:
