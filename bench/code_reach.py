@@ -28,6 +28,8 @@ from typing import Any
 
 import raw  # bench/raw.py
 
+from pytest_fullgraph.models.tags import CHUNK_FIELDS_OF_TYPE, chunk_fields
+
 #: The scenarios measured unless ``--scenarios`` says otherwise: the basic four and the one that runs past a window.
 SCENARIOS = "greedy,sample,eos,padded,past_window"
 
@@ -43,6 +45,8 @@ class DistinctivePath:
     reached: Callable[[Any, int, int], bool]
 
 
+#: Fields that are a chunk in one model type only (``tags.CHUNK_FIELDS_OF_TYPE``: minimax's ``block_size``).
+TYPE_CHUNK_FIELDS = frozenset(field for fields in CHUNK_FIELDS_OF_TYPE.values() for field in fields)
 PATHS = (
     DistinctivePath("sliding window slides", "sliding_window", lambda value, prompt, length: length > value),
     # gpt_neo's local layers
@@ -65,8 +69,8 @@ def paths_of(config: Any, prompt: int, length: int) -> list[dict[str, Any]]:
     text = config.get_text_config()
     found = []
     for path in PATHS:
-        if path.attribute == "block_size" and getattr(config, "model_type", "") != "minimax":
-            continue  # big_bird's block_size is its sparse attention's, which a causal LM runs in full
+        if path.attribute in TYPE_CHUNK_FIELDS and path.attribute not in chunk_fields(config):
+            continue  # a chunk field of one model type only: big_bird's block_size is its sparse attention's
         value = getattr(text, path.attribute, None)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:  # 0: none (qwen2_moe's window)
             found.append({"path": path.name, "attribute": path.attribute, "value": value,

@@ -142,9 +142,10 @@ def tiny_config(model_type: str, variant: str = "") -> PretrainedConfig:
     scenario's variant of it (``variants.VARIANTS``)."""
     from transformers import CONFIG_MAPPING
 
-    config = CONFIG_MAPPING[model_type](**tiny_config_kwargs(model_type))
+    kwargs = tiny_config_kwargs(model_type)
+    config = CONFIG_MAPPING[model_type](**kwargs)
     if variant and (overrides := variant_overrides(variant, config)):
-        config = CONFIG_MAPPING[model_type](**_merged(tiny_config_kwargs(model_type), overrides))
+        config = CONFIG_MAPPING[model_type](**_merged(kwargs, overrides))
     return config
 
 

@@ -28,6 +28,7 @@ def tiny_spec(model_type: str) -> ModelSpec:
     def config() -> Any:
         return tiny_config(model_type)
 
+    @functools.cache  # asked once to choose the build and again to build: the config is made once
     def variant_build(variant: str) -> Callable[[], PreTrainedModel] | None:
         if not variant_overrides(variant, tiny_config(model_type)):
             return None
