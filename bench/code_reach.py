@@ -166,12 +166,17 @@ def table(raw_output: dict[str, Any]) -> list[str]:
         if "error" in row:
             lines.append(f"| {row['model']} | not measured ({' '.join(row['error'].split())}) | |")
             continue
-        share = f"{row['run']} / {row['forward_path']} ({100 * row['run'] / max(row['forward_path'], 1):.0f}%)"
+        share = f"{row['run']} / {row['forward_path']} ({_percent(row['run'], row['forward_path'])})"
         paths = ", ".join(f"{'✅' if path['reached'] else '❌'} {path['path']} ({path['attribute']}="
                           f"{path['value']}{_variant(path)})" for path in row["paths"])
         failed = f"; failed: {', '.join(row['failures'])}" if row["failures"] else ""
         lines.append(f"| {row['model']} | {share}{failed} | {paths} |")
     return lines
+
+
+def _percent(run: int, of: int) -> str:
+    """Lines run as a whole percentage of the lines there are (a file with none: 0 of 1)."""
+    return f"{100 * run / max(of, 1):.0f}%"
 
 
 def summary(raw_output: dict[str, Any]) -> list[str]:
@@ -182,8 +187,8 @@ def summary(raw_output: dict[str, Any]) -> list[str]:
     shares = sorted(rows, key=lambda row: row["run"] / max(row["forward_path"], 1))
     median = shares[len(shares) // 2]
     lines = [f"Over the {len(rows)} models that build: {run:,} of {path:,} forward-path lines run "
-             f"({100 * run / max(path, 1):.0f}%; the median model, {median['model']}, "
-             f"{100 * median['run'] / max(median['forward_path'], 1):.0f}%)."]
+             f"({_percent(run, path)}; the median model, {median['model']}, "
+             f"{_percent(median['run'], median['forward_path'])})."]
     by_path: dict[str, list[tuple[str, bool]]] = {}
     for row in rows:
         for found in row["paths"]:
