@@ -5,7 +5,8 @@ docs/development.md, "Committed data"), then::
 
     python bench/replace.py bench/reports/hf/hf-a.json.gz rerun/fullgraph-report.json --by "pytest ... (<commit>: why)"
 
-Each rerun check must be in the report already (a rerun adds nothing new); each model's count is recorded.
+Each rerun check must be in the report already (a rerun adds nothing new); each model's count is recorded, with the
+outcome each swapped check had (``was``), so a page can say how many outcomes a rerun changed from the data.
 """
 
 from __future__ import annotations
@@ -25,13 +26,15 @@ def replace(target: report.Report, rerun: report.Report, by: str) -> Counter[str
     if unknown:
         raise report.ReportError(f"the rerun holds checks the report does not: {', '.join(unknown[:5])}")
     counts: Counter[str] = Counter()
+    was: dict[str, dict[str, str]] = {}
     for result in rerun.checks:
+        was.setdefault(result.model, {})[result.check_id] = target.checks[position[result.key]].outcome
         target.checks[position[result.key]] = result
         counts[result.model] += 1
     # an earlier rerun of a model this one replaces whole has no check left in the report: its record goes
     whole = {model for model, count in counts.items() if count == sum(r.model == model for r in target.checks)}
     earlier = [entry for entry in target.environment.get("replaced_checks", []) if entry.get("model") not in whole]
-    target.environment["replaced_checks"] = [*earlier, *({"by": by, "count": count, "model": model}
+    target.environment["replaced_checks"] = [*earlier, *({"by": by, "count": count, "model": model, "was": was[model]}
                                                           for model, count in sorted(counts.items()))]
     return counts
 

@@ -147,7 +147,7 @@ def test_the_modes_survey_refuses_a_bad_selection_in_one_line_before_any_model_r
     assert exited.value.code == 2 and err.count("\n") == 1 and named in err, err
 
 
-def test_replace_swaps_a_reruns_checks_in_by_id_and_records_them_per_model() -> None:
+def test_replace_swaps_a_reruns_checks_in_by_id_and_records_them_per_model_with_their_old_outcomes() -> None:
     from pytest_fullgraph import report
     from pytest_fullgraph.core.results import CheckResult
 
@@ -157,11 +157,12 @@ def test_replace_swaps_a_reruns_checks_in_by_id_and_records_them_per_model() -> 
     rerun = report.Report({}, [CheckResult("b", "greedy", "hf_executorch", "aot_eager", 4, "pass")])
     assert replace.replace(target, rerun, "pytest ... (abc1234: why)") == {"b": 1}
     assert [result.outcome for result in target.checks] == ["error", "pass"]
-    assert target.environment["replaced_checks"][-1] == {"by": "pytest ... (abc1234: why)", "count": 1, "model": "b"}
+    b_was = {"by": "pytest ... (abc1234: why)", "count": 1, "model": "b", "was": {old[1].check_id: "error"}}
+    assert target.environment["replaced_checks"][-1] == b_was
     again = report.Report({}, [CheckResult("a", "greedy", "hf_executorch", "aot_eager", 4, "pass")])
     replace.replace(target, again, "later")  # replaces a's only check: a's earlier rerun has nothing left
-    assert target.environment["replaced_checks"] == [{"by": "pytest ... (abc1234: why)", "count": 1, "model": "b"},
-                                                     {"by": "later", "count": 1, "model": "a"}]
+    assert target.environment["replaced_checks"] == [b_was, {"by": "later", "count": 1, "model": "a",
+                                                             "was": {old[0].check_id: "error"}}]
     stray = report.Report({}, [CheckResult("z", "greedy", "hf_executorch", "aot_eager", 4, "pass")])
     with pytest.raises(report.ReportError, match="the rerun holds checks the report does not: "):
         replace.replace(target, stray, "x")

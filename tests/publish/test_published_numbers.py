@@ -3,6 +3,7 @@ from the committed reports): a rerun that changes one fails until the sentence s
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections import Counter
@@ -11,6 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from pytest_fullgraph.core.results import CheckResult
+from pytest_fullgraph.report import Report
 from tests import REPOSITORY
 from tests.publish.test_findings import feature_rows
 
@@ -116,13 +118,34 @@ def test_the_gated_pull_request_tier_results_are_its_committed_report() -> None:
     assert f"{len(run.checks)} check(s) compared, 0 worse, 0 better, 0 not in it" in text
 
 
-def exporter_counts() -> dict[str, int]:
-    """README's exporter paragraph, each count computed from the committed export-path reports."""
+@functools.cache
+def export_path_reports() -> list[Report]:
     from pytest_fullgraph import report
 
+    return [report.load(path) for path in sorted((REPOSITORY / "bench" / "reports" / "hf").glob("hf-*.json.gz"))]
+
+
+def remeasure_counts() -> dict[str, int]:
+    """The ExecuTorch re-measure, from what ``bench/replace.py`` kept of each swapped check (``was``): the shards
+    rerun whole, and how many checks that had passed now fail and that had failed now pass."""
+    shards = passed = now_failing = now_passing = 0
+    for loaded in export_path_reports():
+        now = {result.check_id: result.outcome for result in loaded.checks}
+        was = {check_id: outcome for entry in loaded.environment.get("replaced_checks", [])
+               if "ExecuTorch re-measure" in entry["by"] for check_id, outcome in entry.get("was", {}).items()}
+        shards += bool(was)
+        passed += sum(outcome == "pass" for outcome in was.values())
+        now_failing += sum(outcome == "pass" and now[check_id] != "pass" for check_id, outcome in was.items())
+        now_passing += sum(outcome not in ("pass", "skip") and now[check_id] == "pass"
+                           for check_id, outcome in was.items())
+    return {"remeasured": shards, "passed_before": passed, "now_failing": now_failing, "now_passing": now_passing}
+
+
+def exporter_counts() -> dict[str, int]:
+    """README's exporter paragraph, each count computed from the committed export-path reports."""
     by_model: dict[str, list[CheckResult]] = {}
-    for path in sorted((REPOSITORY / "bench" / "reports" / "hf").glob("hf-*.json.gz")):
-        for result in report.load(path).checks:
+    for loaded in export_path_reports():
+        for result in loaded.checks:
             by_model.setdefault(result.model, []).append(result)
 
     def models(test: Callable[[CheckResult], bool]) -> set[str]:
@@ -149,7 +172,8 @@ def exporter_counts() -> dict[str, int]:
             "segfault": len(models(lambda r: r.level == "hf_executorch" and "Segmentation fault" in r.message)),
             "resize": len(models(lambda r: "Attempted to resize a static tensor" in r.message)),
             "polar": len(models(lambda r: "aten::polar.out" in r.message)),
-            "helper": len(models(lambda r: r.level == "hf_et_helper" and "the helper's loop is at fault" in r.message))}
+            "helper": len(models(lambda r: r.level == "hf_et_helper" and "the helper's loop is at fault" in r.message)),
+            **remeasure_counts()}
 
 
 def test_readmes_exporter_paragraph_is_the_export_path_reports() -> None:
@@ -166,5 +190,7 @@ def test_readmes_exporter_paragraph_is_the_export_path_reports() -> None:
                      "{onnx_all});",
                      "it differs where the same torch.export programs do not on {openvino_conversion} (the "
                      "conversion or its runtime) and transformers' OpenVINO export fails on {openvino_export}.",
+                     "in {remeasured} of the 22 shards rerun so far, {now_failing} of the {passed_before} checks that "
+                     "had passed failed and {now_passing} that had failed passed.",
                      "feeds the first new token one position late ({helper} models;"):
         assert sentence.format(**{key: words.get(value, value) for key, value in counts.items()}) in text
