@@ -141,7 +141,26 @@ def remeasure_counts() -> dict[str, int]:
     return {"remeasured": shards, "passed_before": passed, "now_failing": now_failing, "now_passing": now_passing}
 
 
-def exporter_counts() -> dict[str, int]:
+def draws_counts(level: str = "hf_executorch") -> dict[str, int]:
+    """The level's row of FINDINGS' draws table (each failing check drawn three times)."""
+    lines = FINDINGS.splitlines()
+    start = next(index for index, line in enumerate(lines)
+                 if line.startswith("| level | checks | pass | skip | fail all"))
+    header = [cell.strip() for cell in lines[start].strip("|").split("|")]
+    row = next(line for line in lines[start:] if line.startswith(f"| `{level}` |"))
+    cells = dict(zip(header, (cell.strip() for cell in row.strip("|").split("|")), strict=True))
+    varies = sum(int(count) for name, count in cells.items() if name.startswith("varies"))
+    return {"fail_every_draw": int(cells["fail all 3 draws"]), "varies": varies,
+            "not_drawn": int(cells["failed, not drawn again"])}
+
+
+def names(models: set[str]) -> str:
+    """``a, b and c``, as the pages list models."""
+    ordered = sorted(models)
+    return ", ".join(ordered[:-1]) + f" and {ordered[-1]}" if len(ordered) > 1 else "".join(ordered)
+
+
+def exporter_counts() -> dict[str, int | str]:
     """README's exporter paragraph, each count computed from the committed export-path reports."""
     by_model: dict[str, list[CheckResult]] = {}
     for loaded in export_path_reports():
@@ -165,19 +184,25 @@ def exporter_counts() -> dict[str, int]:
 
     conversion = models(lambda r: r.level == "hf_openvino" and r.outcome == "mismatch"
                         and "give generate's tokens in the same loop: the OpenVINO conversion" in r.message)
+    onnx_differs = models(lambda r: r.level == "hf_onnx" and r.outcome == "mismatch"  # mpt's: the host loop's
+                          and not r.message.startswith("the host loop over the eager forward run eagerly differs"))
+    openvino_export = models(lambda r: "OpenVINOExporter.export_program failed" in r.message)
     return {"exact": len(exact), "refused": len(refused), "onnx": len(onnx), "openvino_refused": len(openvino),
             "openvino": both("hf_openvino"), "onnx_all": both("hf_onnx"), "openvino_conversion": len(conversion),
-            "openvino_export": len(models(lambda r: "OpenVINOExporter.export_program failed" in r.message)),
+            "openvino_export": len(openvino_export), "openvino_export_names": names(openvino_export),
+            "openvino_conversion_names": names(conversion), "onnx_differs": len(onnx_differs),
+            "onnx_differs_names": ", ".join(sorted(onnx_differs)),
             "step": len(models(lambda r: bool(re.search(r"cumulative_length_int 8 at export, 9 now", r.message)))),
             "segfault": len(models(lambda r: r.level == "hf_executorch" and "Segmentation fault" in r.message)),
             "resize": len(models(lambda r: "Attempted to resize a static tensor" in r.message)),
             "polar": len(models(lambda r: "aten::polar.out" in r.message)),
             "helper": len(models(lambda r: r.level == "hf_et_helper" and "the helper's loop is at fault" in r.message)),
-            **remeasure_counts()}
+            **remeasure_counts(), **draws_counts()}
 
 
 def test_readmes_exporter_paragraph_is_the_export_path_reports() -> None:
-    counts, words = exporter_counts(), {3: "three"}
+    counts = exporter_counts()
+    words: dict[int | str, int | str] = {3: "three"}
     text = prose("README.md")
     for sentence in ("All three exporters give `generate`'s tokens on {exact} models.",
                      "The dynamo and ExecuTorch runners refuse the cache of {refused}:",
@@ -194,3 +219,24 @@ def test_readmes_exporter_paragraph_is_the_export_path_reports() -> None:
                      "had passed failed and {now_passing} that had failed passed.",
                      "feeds the first new token one position late ({helper} models;"):
         assert sentence.format(**{key: words.get(value, value) for key, value in counts.items()}) in text
+
+
+def test_what_it_finds_exporter_findings_are_the_export_path_reports() -> None:
+    counts = exporter_counts()
+    text = prose("docs/what-it-finds.md")
+    for sentence in ("All three exporters give `generate`'s tokens, greedy and padded, on {exact} models.",
+                     "The dynamo and ExecuTorch runners refuse the cache of {refused} models",
+                     "and ONNX runs {onnx} of them exactly.", "(\"8 at export, 9 now\", {step} models;",
+                     "on {segfault} models' programs, mostly mixtures of experts and hybrids, logging nothing first, "
+                     "and fails with `0x10` on {resize}.",
+                     "drawn three times ([FINDINGS.md](FINDINGS.md)'s draws table, `bench/draws.py`), "
+                     "{fail_every_draw} fail every draw and {varies} pass in some draws only; {not_drawn} more, of the "
+                     "shards re-measured last, are not drawn yet.",
+                     "ONNX differs from `generate` on {onnx_differs} models ({onnx_differs_names});",
+                     "`generate`'s tokens, greedy and padded, on {openvino} models, ONNX on {onnx_all}; of the "
+                     "{refused} whose cache the dynamo and ExecuTorch runners refuse it runs {openvino_refused} "
+                     "exactly",
+                     "programs give `generate`'s tokens on {openvino_conversion_names} (the conversion",
+                     "`OpenVINOExporter.export_program` fails on {openvino_export_names} (`exporters/base.py:521`)",
+                     "`hf_et_helper`: the off-by-one above on {helper} models;"):
+        assert sentence.format(**counts) in text, sentence
