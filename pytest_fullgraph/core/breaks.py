@@ -13,6 +13,10 @@ from typing import Any
 from pytest_fullgraph.core.frames import LOOP_PATHS, display_path, frames_from, innermost, is_harness
 from pytest_fullgraph.core.results import BreakRecord, Frame, first_line
 
+#: The Python bindings an exported program runs in (ExecuTorch's, ONNX Runtime's, OpenVINO's): their frames are the
+#: deployment runtime's, in a break's origin and in a report's whose-fault column alike.
+RUNTIME_PACKAGES = ("executorch", "onnxruntime", "openvino")
+
 #: First matching rule wins. ``path`` is matched against the frame's display path (relative to
 #: site-packages or the repo), ``function`` against its function name, ``source`` against its line.
 ORIGIN_RULES: tuple[tuple[str, str, str, str], ...] = (
@@ -32,8 +36,8 @@ ORIGIN_RULES: tuple[tuple[str, str, str, str], ...] = (
     ("model", r"^transformers/models/", r"", r""),
     ("integration", r"^transformers/", r"", r""),
     ("torch", r"^torch/", r"", r""),
-    # where an exported program runs: ExecuTorch's, ONNX Runtime's and OpenVINO's Python bindings
-    ("runtime", r"^(executorch|onnxruntime|openvino)/", r"", r""),
+    # where an exported program runs
+    ("runtime", rf"^(?:{'|'.join(RUNTIME_PACKAGES)})/", r"", r""),
 )
 ORIGINS = ("model", "sampling", "eos", "cache", "masking", "generation", "integration", "torch", "runtime", "loop",
            "user")

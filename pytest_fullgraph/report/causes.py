@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from pytest_fullgraph.core.breaks import LOOP_PATHS
+from pytest_fullgraph.core.breaks import LOOP_PATHS, RUNTIME_PACKAGES
 from pytest_fullgraph.core.results import BREAK, CheckResult
 
 #: Faults that are pytest_fullgraph's own: a check failing there fails, strict or not, never an xfail.
@@ -70,7 +70,7 @@ FLAT_LAYOUT_LOOP_FILES = tuple(f"pytest_fullgraph/{name}.py" for name in (
 #: Whose fault an error raised at a path is, first matching prefix wins: in this package, the loop's modules are the
 #: loop's, the rest (the checks' own comparison or explanation crashing) the plugin's.
 _FAULT_OF_PATH = (("transformers/models/", "model"), ("transformers/", "transformers"), ("torch/", "torch"),
-                  ("executorch/", "runtime"), ("onnxruntime/", "runtime"), ("openvino/", "runtime"),
+                  *((f"{package}/", "runtime") for package in RUNTIME_PACKAGES),
                   *((path, "loop") for path in (*LOOP_PATHS, *FLAT_LAYOUT_LOOP_FILES)), ("pytest_fullgraph/", "plugin"))
 
 

@@ -19,7 +19,7 @@ def test_a_model_defined_in_the_users_repository_is_registered_and_checked(pytes
     for name in ("my_decoder.py", "conftest.py"):
         shutil.copy(EXAMPLE / name, pytester.path / name)
     result = pytester.runpytest("--fullgraph-models=my_decoder", "--fullgraph-backend=eager", "-k",
-                                           "greedy-decode", "-p", "no:cacheprovider", f"--fullgraph-report={tmp_path}")
+                                "greedy-decode", "-p", "no:cacheprovider", f"--fullgraph-report={tmp_path}")
     result.assert_outcomes(passed=1)
     checks = checks_by_id(read_report(tmp_path))
     assert sorted(checks) == ["my_decoder-greedy-decode"]
