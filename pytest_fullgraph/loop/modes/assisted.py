@@ -184,7 +184,7 @@ def draft(settings: AssistSettings, state: Assisted, eos: torch.Tensor | None, c
     processors = settings.processors
     sequence = state.sequence  # as the draft's generate sees it: the tokens drafted so far written after it
     for index in range(settings.draft):
-        scores = _draft_scores(settings, chunk, begin, cache, mask, pads)
+        scores = _draft_scores(settings, chunk, begin, cache, mask, pads, max_length)
         if len(processors) > 0:
             scores = loop_processors.process(processors, sequence, state.length + index, scores)
         token = speculative.sample_draft_token(scores, active) if sample else torch.argmax(scores, dim=-1)
@@ -207,11 +207,12 @@ def draft(settings: AssistSettings, state: Assisted, eos: torch.Tensor | None, c
 
 
 def _draft_scores(settings: AssistSettings, chunk: torch.Tensor, begin: torch.Tensor, cache: Any,
-                  mask: torch.Tensor, pads: torch.Tensor) -> torch.Tensor:
-    """The draft model's next-token scores after ``chunk`` (its first position at ``begin``), in float32."""
+                  mask: torch.Tensor, pads: torch.Tensor, max_length: Any) -> torch.Tensor:
+    """The draft model's next-token scores after ``chunk`` (its first position at ``begin``; slots past
+    ``max_length``, drafted but never kept, at the last position: ``drafting.chunk_positions``), in float32."""
     kwargs: dict[str, Any] = {"use_cache": True}
     if settings.accepts_position_ids:
-        kwargs["position_ids"] = drafting.chunk_positions(begin, chunk, pads)
+        kwargs["position_ids"] = drafting.chunk_positions(begin, chunk, pads, max_length)
     if settings.logits_to_keep:
         kwargs["logits_to_keep"] = 1
     return last_scores(settings.assistant(input_ids=chunk, cache=cache, attention_mask=mask, **kwargs).logits)

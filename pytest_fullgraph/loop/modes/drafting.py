@@ -150,9 +150,16 @@ def while_loop(step: Step, state: Any, caches: tuple[Any, ...], input_ids: torch
     return final[0], final[1] - input_ids.shape[1]
 
 
-def chunk_positions(begin: torch.Tensor, chunk: torch.Tensor, pads: torch.Tensor) -> torch.Tensor:
-    """The position ids of a chunk whose first token sits at ``begin`` in the (left-padded) sequence."""
-    return ((begin + torch.arange(chunk.shape[1], device=chunk.device))[None] - pads).clamp(min=0)
+def chunk_positions(begin: torch.Tensor, chunk: torch.Tensor, pads: torch.Tensor,
+                    max_length: Any = None) -> torch.Tensor:
+    """The position ids of a chunk whose first token sits at ``begin`` in the (left-padded) sequence.
+
+    With ``max_length``, slots at or past it take the last position's id: a fixed-width chunk near the end reaches
+    past the sequence (a draft is read in full, however much of it may still be kept), and a model with a learned
+    position table holds rows only up to its declared positions (gpt2: an index error). Those slots are never
+    kept, and the kept ones before them never attend to them, so their ids change no kept token."""
+    positions = ((begin + torch.arange(chunk.shape[1], device=chunk.device))[None] - pads).clamp(min=0)
+    return positions if max_length is None else positions.clamp(max=max_length - 1)
 
 
 def verified_logits(model: PreTrainedModel, plan: DecodePlan, chunk: torch.Tensor, positions: torch.Tensor,
@@ -196,7 +203,7 @@ def verify(model: PreTrainedModel, plan: DecodePlan, settings: DraftSettings, st
     else:
         chunk = torch.cat([state.sequence.index_select(1, (state.length - 1).reshape(1)), tokens[None]], dim=1)
         begin = state.length - 1
-    logits = verified_logits(model, plan, chunk, chunk_positions(begin, chunk, pads), mask, cache,
+    logits = verified_logits(model, plan, chunk, chunk_positions(begin, chunk, pads, max_length), mask, cache,
                              settings.draft + 1)
     if len(plan.processors) > 0:
         logits = processed_logits(plan, state, tokens, logits)

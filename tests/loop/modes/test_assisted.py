@@ -21,6 +21,7 @@ from pytest_fullgraph.loop.decode import UnsupportedGeneration, export_generate,
 from pytest_fullgraph.loop.modes import assisted
 from pytest_fullgraph.models.draft import build_draft
 from tests import REPOSITORY
+from tests.loop.modes import learned_positions
 
 TARGET = build_tiny("llama")
 PROMPT = torch.tensor([[5, 9, 14, 3, 27, 8, 11, 6]])
@@ -347,3 +348,18 @@ def test_the_transformers_quirk_the_draft_follows_has_a_standalone_reproducer() 
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     verdict = done.stdout.partition(":")[0]
     assert (done.returncode, verdict) in ((1, "BUG"), (0, "FIXED")), done.stdout + done.stderr
+
+
+def test_a_generation_that_fills_a_learned_position_table_gives_generates_tokens() -> None:
+    """Near the end a step still drafts and verifies its fixed width, reaching past ``max_length``: those slots
+    read the last position (``drafting.chunk_positions``), so gpt2 does not index past its table; before, the
+    unrolled form failed with an index error where ``generate`` (which drafts less there) runs."""
+    model = learned_positions.table_model()
+    draft = build_draft(model)
+    config = learned_positions.filling()
+    expected = generate_fn(model)(input_ids=learned_positions.PROMPT, generation_config=config,
+                                  assistant_model=draft)
+    assert expected.shape[1] == learned_positions.POSITIONS
+    for loop in ("unrolled", "while"):
+        assert torch.equal(fullgraph_generate(model, learned_positions.PROMPT, None, config, loop=loop,
+                                              assistant_model=draft), expected), loop

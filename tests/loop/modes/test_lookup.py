@@ -3,6 +3,8 @@ accepted; refusals name what they refuse."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -13,6 +15,8 @@ from pytest_fullgraph import build_tiny
 from pytest_fullgraph.core.generation import generate_fn
 from pytest_fullgraph.loop.decode import UnsupportedGeneration, fullgraph_generate
 from pytest_fullgraph.models.oracle import build_oracle
+from tests import REPOSITORY
+from tests.loop.modes import learned_positions
 
 ORACLE = build_oracle()
 #: the oracle repeats itself after this prompt, so lookup drafts are accepted (7 forwards for 12 tokens)
@@ -110,3 +114,26 @@ def test_a_cache_that_cannot_roll_back_is_refused_by_name() -> None:
     for run in (fullgraph_generate, export_generate):  # both refuse before any graph
         with pytest.raises(UnsupportedGeneration, match="cannot roll back cache layer"):
             run(build_tiny("mamba"), torch.tensor([[5, 6, 5]]), None, config)
+
+
+def test_a_generation_that_fills_a_learned_position_table_gives_greedys_tokens() -> None:
+    """transformers' prompt lookup drafts past ``max_length`` and so fails on gpt2 when the generation fills its
+    position table (docs/upstream/prompt_lookup_past_max_length.py); the loop drafts what it drafts, but the slots
+    past ``max_length`` read the last position (``drafting.chunk_positions``), and its tokens are greedy's, which
+    prompt lookup keeps whatever it drafts."""
+    model = learned_positions.table_model()
+    greedy = generate_fn(model)(input_ids=learned_positions.PROMPT, generation_config=learned_positions.filling())
+    config = learned_positions.filling(prompt_lookup_num_tokens=3)
+    with pytest.raises(IndexError):  # transformers 5.24's generate: the standalone script says BUG while it holds
+        generate_fn(model)(input_ids=learned_positions.PROMPT, generation_config=config)
+    for loop in ("unrolled", "while"):
+        assert torch.equal(fullgraph_generate(model, learned_positions.PROMPT, None, config, loop=loop), greedy), loop
+
+
+@pytest.mark.breadth
+def test_the_transformers_bug_past_max_length_has_a_standalone_reproducer() -> None:
+    """docs/upstream/prompt_lookup_past_max_length.py, with torch and transformers alone in a fresh process, says
+    BUG (transformers 5.24, measured) or FIXED, and never fails otherwise."""
+    script = REPOSITORY / "docs" / "upstream" / "prompt_lookup_past_max_length.py"
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert (done.returncode, done.stdout.partition(":")[0]) in ((1, "BUG"), (0, "FIXED")), done.stdout + done.stderr
