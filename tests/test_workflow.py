@@ -54,7 +54,9 @@ def substituted(line: str, environment: dict[str, str]) -> list[str]:
 
 
 def test_the_workflow_is_valid_github_actions() -> None:
-    validator = shutil.which("check-jsonschema")
+    # the interpreter's own scripts first: a venv's python run without activating it has them off PATH
+    validator = shutil.which("check-jsonschema", path=str(Path(sys.executable).parent)) or shutil.which(
+        "check-jsonschema")
     assert validator, "check-jsonschema is a test dependency: pip install -e '.[test]'"
     completed = subprocess.run([validator, "--builtin-schema", "vendor.github-workflows", str(WORKFLOW)],
                                capture_output=True, text=True, check=False)
