@@ -17,9 +17,9 @@ from pytest_fullgraph.core.generation import generate_fn
 from pytest_fullgraph.core.model_facts import vocab_size
 from pytest_fullgraph.core.results import first_line
 from pytest_fullgraph.levels.artifacts import describe_shape, fits
-from pytest_fullgraph.models.positions import declared_positions
 from pytest_fullgraph.loop.decode import UnsupportedGeneration, export_generate
 from pytest_fullgraph.models import tiny
+from pytest_fullgraph.models.positions import declared_positions
 from pytest_fullgraph.plugin.settings import Settings
 from pytest_fullgraph.report.causes import OUR_FAULTS, fault_of_origin
 

@@ -20,8 +20,7 @@ from pytest_fullgraph.core.generation import generate_fn
 from pytest_fullgraph.loop.decode import UnsupportedGeneration, export_generate, fullgraph_generate
 from pytest_fullgraph.loop.modes import assisted
 from pytest_fullgraph.models.draft import build_draft
-from tests import REPOSITORY
-from tests.loop.modes import learned_positions
+from tests.loop.modes import learned_positions, upstream
 
 TARGET = build_tiny("llama")
 PROMPT = torch.tensor([[5, 9, 14, 3, 27, 8, 11, 6]])
@@ -341,13 +340,7 @@ def test_the_transformers_quirk_the_draft_follows_has_a_standalone_reproducer() 
     docs/upstream/assisted_draft_warpers_twice.py is what transformers would be handed: with torch and
     transformers alone, in a fresh process, it says BUG (transformers 5.24, measured) or FIXED, and never fails
     otherwise."""
-    import subprocess
-    import sys
-
-    script = REPOSITORY / "docs" / "upstream" / "assisted_draft_warpers_twice.py"
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
-    verdict = done.stdout.partition(":")[0]
-    assert (done.returncode, verdict) in ((1, "BUG"), (0, "FIXED")), done.stdout + done.stderr
+    upstream.assert_bug_or_fixed("assisted_draft_warpers_twice.py")
 
 
 def test_a_generation_that_fills_a_learned_position_table_gives_generates_tokens() -> None:

@@ -3,8 +3,6 @@ accepted; refusals name what they refuse."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -15,8 +13,7 @@ from pytest_fullgraph import build_tiny
 from pytest_fullgraph.core.generation import generate_fn
 from pytest_fullgraph.loop.decode import UnsupportedGeneration, fullgraph_generate
 from pytest_fullgraph.models.oracle import build_oracle
-from tests import REPOSITORY
-from tests.loop.modes import learned_positions
+from tests.loop.modes import learned_positions, upstream
 
 ORACLE = build_oracle()
 #: the oracle repeats itself after this prompt, so lookup drafts are accepted (7 forwards for 12 tokens)
@@ -134,6 +131,4 @@ def test_a_generation_that_fills_a_learned_position_table_gives_greedys_tokens()
 def test_the_transformers_bug_past_max_length_has_a_standalone_reproducer() -> None:
     """docs/upstream/prompt_lookup_past_max_length.py, with torch and transformers alone in a fresh process, says
     BUG (transformers 5.24, measured) or FIXED, and never fails otherwise."""
-    script = REPOSITORY / "docs" / "upstream" / "prompt_lookup_past_max_length.py"
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
-    assert (done.returncode, done.stdout.partition(":")[0]) in ((1, "BUG"), (0, "FIXED")), done.stdout + done.stderr
+    upstream.assert_bug_or_fixed("prompt_lookup_past_max_length.py")

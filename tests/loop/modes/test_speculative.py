@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from transformers.generation.utils import _speculative_sampling
 
 from pytest_fullgraph.loop.modes.speculative import speculative_selection, uniform_draws
-from tests import REPOSITORY
+from tests.loop.modes import upstream
 
 RUNNING = torch.tensor(True)
 
@@ -88,10 +88,4 @@ def test_the_dynamo_bug_behind_initialize_before_draws_has_a_standalone_reproduc
     """``assisted.initialize_before_draws`` works around a dynamo bug; docs/upstream/dynamo_attribute_after_cond.py
     is what PyTorch would be handed: with torch alone, in a fresh process, it says BUG (torch 2.13, measured) or
     FIXED (then the workaround can go), and never fails otherwise."""
-    import subprocess
-    import sys
-
-    script = REPOSITORY / "docs" / "upstream" / "dynamo_attribute_after_cond.py"
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
-    verdict = done.stdout.partition(":")[0]
-    assert (done.returncode, verdict) in ((1, "BUG"), (0, "FIXED")), done.stdout + done.stderr
+    upstream.assert_bug_or_fixed("dynamo_attribute_after_cond.py")
